@@ -1,0 +1,147 @@
+//! Engine configuration and its validation.
+//!
+//! Every field has a documented range. `Config::validate` names the offending field and the
+//! range, so a gateway's operator sees what to fix instead of a panic or a silent clamp.
+
+use std::fmt;
+
+use crate::identity::TenantDimension;
+
+/// Largest weight a tenant may have.
+pub const MAX_WEIGHT: u32 = 10_000;
+/// Largest cost (in resource units) of one request.
+pub const MAX_COST: u32 = 1_000_000;
+/// Most weight classes (distinct weights in use) an engine can hold.
+pub const MAX_WEIGHT_CLASSES: u32 = 64;
+/// Most memory the fixed tables of one engine may take.
+pub const MAX_ENGINE_BYTES: u64 = 4 << 30;
+
+const MAX_TENANTS: u32 = 1 << 22;
+const MAX_TENANT_QUEUE: u32 = 1 << 20;
+const MAX_QUEUE: u32 = 1 << 24;
+const MAX_IN_FLIGHT: u32 = 1 << 20;
+const MAX_WAIT_MS: u64 = 24 * 3_600_000;
+
+/// How an engine is sized and what it does. Build one with `Config::default()` and change fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Off by default (R1): a disabled engine refuses every request with `disabled`.
+    pub enabled: bool,
+    /// Tenant table capacity: most tenants with queued or in-flight requests. 1..=4194304.
+    pub max_tenants: u32,
+    /// Per-tenant queue bound. 1..=1048576.
+    pub tenant_queue_capacity: u32,
+    /// Global bound on queued requests, all tenants together. 1..=16777216.
+    pub queue_capacity: u32,
+    /// Most grants out at once (R6). 1..=1048576. Default 8.
+    pub max_in_flight: u32,
+    /// Weight of a tenant with no entry in the weight table. 1..=10000. Default 1.
+    pub default_weight: u32,
+    /// Longest a request may wait in the queue, in ms (R8). 1..=86400000.
+    pub max_wait_ms: u64,
+    /// Which identifier names the tenant (R4). Default `user`.
+    pub tenant_dimension: TenantDimension,
+    /// How long an idle tenant keeps its slot (and weight, counters) before a new tenant may take
+    /// it, in ms. 0..=86400000. Default 1000.
+    pub tenant_idle_ms: u64,
+    /// Most distinct weights in use at once. 1..=64. Default 8.
+    pub max_weight_classes: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            enabled: false,
+            max_tenants: 1024,
+            tenant_queue_capacity: 64,
+            queue_capacity: 4096,
+            max_in_flight: 8,
+            default_weight: 1,
+            max_wait_ms: 30_000,
+            tenant_dimension: TenantDimension::User,
+            tenant_idle_ms: 1_000,
+            max_weight_classes: 8,
+        }
+    }
+}
+
+/// A configuration value out of its range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field at fault, as named in `Config`.
+    pub field: &'static str,
+    /// What is allowed and what was given.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config `{}`: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn check_range<T: PartialOrd + fmt::Display + Copy>(
+    field: &'static str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError {
+            field,
+            message: format!("must be in {min}..={max}, got {value}"),
+        });
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Checks every field and the memory the tables would take.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_range("max_tenants", self.max_tenants, 1, MAX_TENANTS)?;
+        check_range(
+            "tenant_queue_capacity",
+            self.tenant_queue_capacity,
+            1,
+            MAX_TENANT_QUEUE,
+        )?;
+        check_range("queue_capacity", self.queue_capacity, 1, MAX_QUEUE)?;
+        check_range("max_in_flight", self.max_in_flight, 1, MAX_IN_FLIGHT)?;
+        check_range("default_weight", self.default_weight, 1, MAX_WEIGHT)?;
+        check_range("max_wait_ms", self.max_wait_ms, 1, MAX_WAIT_MS)?;
+        check_range("tenant_idle_ms", self.tenant_idle_ms, 0, MAX_WAIT_MS)?;
+        check_range(
+            "max_weight_classes",
+            self.max_weight_classes,
+            1,
+            MAX_WEIGHT_CLASSES,
+        )?;
+        let bytes = self.table_bytes();
+        if bytes > MAX_ENGINE_BYTES {
+            return Err(ConfigError {
+                field: "max_tenants",
+                message: format!(
+                    "max_tenants x tenant_queue_capacity (plus class rings and tickets) needs \
+                     {bytes} bytes, over the {MAX_ENGINE_BYTES}-byte limit"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Bytes the fixed tables take: tenant slots and queues, class rings, tickets.
+    pub fn table_bytes(&self) -> u64 {
+        let tenants = u64::from(self.max_tenants);
+        let per_tenant = 512 + 16 * u64::from(self.tenant_queue_capacity);
+        let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
+        let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
+        tenants * per_tenant + rings + tickets
+    }
+
+    /// Number of ticket slots: everything queued plus everything in flight.
+    pub(crate) fn ticket_capacity(&self) -> usize {
+        self.queue_capacity as usize + self.max_in_flight as usize
+    }
+}

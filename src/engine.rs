@@ -1,0 +1,848 @@
+//! The engine: enqueue, next_grant, complete, cancel, over the tenant table, the ticket slab and
+//! the scheduler.
+//!
+//! # Who holds a tenant's turn
+//! At any time at most one thread holds a tenant's *turn*: the right to pop its queue, stage its
+//! head and place it (in a class ring, the timing wheel, or nowhere when it goes idle). The turn
+//! passes through the tenant's `queued` count (see `tenant.rs`): the enqueuer that raises it from
+//! 0 activates the tenant; a granter that pops the tenant from its class ring holds it until it
+//! puts it back; a wheel drainer holds it while it decides. So the staged head and the DRR credit
+//! need no synchronisation of their own.
+//!
+//! # Hot path
+//! `enqueue`, `next_grant`, `complete` and `cancel` allocate nothing and take no lock: atomics,
+//! `ArrayQueue` pushes and pops, and a read of the weight table through `ArcSwap`.
+
+use crate::config::{Config, ConfigError, MAX_COST, MAX_WEIGHT};
+use crate::identity::TenantKey;
+use crate::sched::{ClassWeights, Classes, Wheel, CLASS_LIMIT};
+use crate::sync::{AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, SharedPtr};
+use crate::tenant::{TenantTable, LIVE_ONE, QUEUED_MASK, QUEUED_ONE};
+use crate::ticket::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
+use crate::types::{
+    Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
+    Stats, Ticket,
+};
+use crate::weights::WeightTable;
+
+const MS: u64 = 1_000_000;
+/// Counter shards: spread by ticket index, so threads rarely share a counter line.
+const SHARDS: usize = 8;
+
+#[derive(Default)]
+struct Counters {
+    enqueued: AtomicU64,
+    granted: AtomicU64,
+    completed: AtomicU64,
+    requeued: AtomicU64,
+    cancelled: AtomicU64,
+    expired: AtomicU64,
+    refused_after_wait: AtomicU64,
+    refused: [AtomicU64; 9],
+}
+
+fn bump(counter: &AtomicU64) {
+    // Relaxed: statistics; no data is published through counters.
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What serving one held tenant produced.
+enum Served {
+    Grant(Grant, u32),
+    Expired(Expired),
+    /// The tenant had nothing to grant now (parked, idle, or its visit ended): pick again.
+    Nothing,
+}
+
+/// A lock-free multi-tenant weighted fair queue. `Send + Sync`: share it with `Arc`.
+pub struct Engine {
+    config: Config,
+    enabled: AtomicBool,
+    max_wait_ns: u64,
+    tickets: TicketSlab,
+    tenants: TenantTable,
+    classes: Classes,
+    wheel: Wheel,
+    weights: SharedPtr<WeightTable>,
+    /// Serialises weight-table writers and class allocation (never taken on the hot path).
+    admin: Mutex<()>,
+    /// Requests queued now, all tenants (the global bound).
+    queued: CachePadded<AtomicU64>,
+    /// Grants out now: never above `max_in_flight`, never below 0.
+    in_flight: CachePadded<AtomicU64>,
+    counters: Box<[CachePadded<Counters>]>,
+}
+
+impl Engine {
+    /// Builds an engine: validates the config and allocates every table up front.
+    pub fn new(config: Config) -> Result<Engine, ConfigError> {
+        config.validate()?;
+        let tenants = config.max_tenants as usize;
+        let classes = Classes::new(config.max_weight_classes as usize, tenants);
+        classes.ensure(config.default_weight);
+        Ok(Engine {
+            enabled: AtomicBool::new(config.enabled),
+            max_wait_ns: config.max_wait_ms.saturating_mul(MS),
+            tickets: TicketSlab::new(config.ticket_capacity()),
+            tenants: TenantTable::new(
+                tenants,
+                config.tenant_queue_capacity as usize,
+                config.tenant_idle_ms.saturating_mul(MS),
+            ),
+            classes,
+            wheel: Wheel::new(0),
+            weights: SharedPtr::new(WeightTable::new(config.default_weight)),
+            admin: Mutex::new(()),
+            queued: CachePadded::new(AtomicU64::new(0)),
+            in_flight: CachePadded::new(AtomicU64::new(0)),
+            counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            config,
+        })
+    }
+
+    /// The configuration the engine was built with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Turns the engine on or off at run time (R1). Off refuses new requests with `disabled`;
+    /// what is already queued still drains through `next_grant`.
+    pub fn set_enabled(&self, enabled: bool) {
+        self.enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Whether new requests are queued.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    fn shard(&self, spread: u64) -> &Counters {
+        &self.counters[(spread as usize) % SHARDS]
+    }
+
+    // ---------------------------------------------------------------- enqueue
+
+    /// `enqueue_at` with the monotonic clock.
+    pub fn enqueue(&self, request: &Request) -> Result<Enqueued, Error> {
+        self.enqueue_at(request, crate::clock::now_ns())
+    }
+
+    /// Holds a refused request in its tenant's queue, or refuses it at once with a reason and
+    /// the position it would have had. `now` is monotonic ns.
+    pub fn enqueue_at(&self, request: &Request, now: u64) -> Result<Enqueued, Error> {
+        if request.cost == 0 || request.cost > MAX_COST {
+            return Err(Error::InvalidArgument("cost must be in 1..=1000000"));
+        }
+        let spread = request.user_data;
+        if !self.is_enabled() {
+            return Ok(self.refuse_on_arrival(spread, Reason::Disabled, 0));
+        }
+        if !request.dimension.is_queueable() {
+            return Ok(self.refuse_on_arrival(spread, Reason::NotQueueable, 0));
+        }
+        let Some(key) = request.tenant else {
+            return Ok(self.refuse_on_arrival(spread, Reason::NoTenant, 0));
+        };
+        let budget = match request.timeout_ns {
+            0 => self.max_wait_ns,
+            timeout => timeout.min(self.max_wait_ns),
+        };
+        let Ok(t) = self
+            .tenants
+            .pin_or_claim(key.get(), now, |slot| self.init_slot(slot, key.get()))
+        else {
+            return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
+        };
+        // From here the pin (one LIVE count) becomes the ticket's, or is released on refusal.
+        let position = match self.reserve(t, now) {
+            Ok(position) => position,
+            Err(refusal) => {
+                self.tenants.release(t, LIVE_ONE, now);
+                return Ok(self.refuse_on_arrival(spread, refusal.reason, refusal.position));
+            }
+        };
+        if request.retry_after_ns > budget {
+            self.unreserve(t);
+            self.tenants.release(t, LIVE_ONE, now);
+            return Ok(self.refuse_on_arrival(spread, Reason::WaitExceedsBudget, position));
+        }
+        let Some(ticket) = self.tickets.alloc() else {
+            // Unreachable: the slab holds everything queued plus everything in flight.
+            self.unreserve(t);
+            self.tenants.release(t, LIVE_ONE, now);
+            return Ok(self.refuse_on_arrival(spread, Reason::QueueFull, position));
+        };
+        let slot = self.tenants.slot(t);
+        let estimated_wait_ns = self.estimate(t, request.retry_after_ns, position);
+        if let Some(cell) = self.tickets.cell(ticket) {
+            // Relaxed: published by `push_queued` (state Release, queue push Release).
+            cell.tenant.store(t, Ordering::Relaxed);
+            cell.cost.store(request.cost, Ordering::Relaxed);
+            cell.position.store(position, Ordering::Relaxed);
+            cell.user_data.store(request.user_data, Ordering::Relaxed);
+            cell.deadline
+                .store(now.saturating_add(budget), Ordering::Relaxed);
+            cell.not_before.store(
+                now.saturating_add(request.retry_after_ns),
+                Ordering::Relaxed,
+            );
+            cell.enqueued_at.store(now, Ordering::Relaxed);
+            cell.estimated_wait
+                .store(estimated_wait_ns, Ordering::Relaxed);
+        }
+        debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
+        if !self.push_queued(t, ticket, now) {
+            let counters = self.shard(spread);
+            bump(&counters.refused[Reason::TenantQueueFull.index()]);
+            return Ok(Enqueued::Refused(Refusal {
+                reason: Reason::TenantQueueFull,
+                position,
+                waited_ns: 0,
+            }));
+        }
+        bump(&self.shard(u64::from(ticket.index())).enqueued);
+        Ok(Enqueued::Queued {
+            ticket,
+            position,
+            estimated_wait_ns,
+        })
+    }
+
+    fn refuse_on_arrival(&self, spread: u64, reason: Reason, position: u32) -> Enqueued {
+        bump(&self.shard(spread).refused[reason.index()]);
+        Enqueued::Refused(Refusal {
+            reason,
+            position,
+            waited_ns: 0,
+        })
+    }
+
+    fn init_slot(&self, slot: &crate::tenant::TenantSlot, key: u64) {
+        let weight = self.weights.with(|w| w.get(key));
+        // `set_weight` creates a weight's class before it publishes the weight, so it exists.
+        let class = self.classes.find(weight).unwrap_or(0);
+        slot.weight.store(weight, Ordering::Relaxed);
+        slot.class.store(class, Ordering::Relaxed);
+    }
+
+    /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
+    fn reserve(&self, t: u32, _now: u64) -> Result<u32, Refusal> {
+        let slot = self.tenants.slot(t);
+        // Relaxed: a bound counter; the entry itself is published by the queue push.
+        let ahead = slot.depth.fetch_add(1, Ordering::Relaxed);
+        let position = ahead.saturating_add(1);
+        if ahead >= self.config.tenant_queue_capacity {
+            slot.depth.fetch_sub(1, Ordering::Relaxed);
+            return Err(Refusal {
+                reason: Reason::TenantQueueFull,
+                position,
+                waited_ns: 0,
+            });
+        }
+        if self.queued.fetch_add(1, Ordering::Relaxed) >= u64::from(self.config.queue_capacity) {
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            slot.depth.fetch_sub(1, Ordering::Relaxed);
+            return Err(Refusal {
+                reason: Reason::QueueFull,
+                position,
+                waited_ns: 0,
+            });
+        }
+        Ok(position)
+    }
+
+    fn unreserve(&self, t: u32) {
+        self.tenants.slot(t).depth.fetch_sub(1, Ordering::Relaxed);
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn estimate(&self, t: u32, retry_after_ns: u64, position: u32) -> u64 {
+        let interval = self.tenants.slot(t).interval.load(Ordering::Relaxed);
+        retry_after_ns.saturating_add(interval.saturating_mul(u64::from(position)))
+    }
+
+    /// Publishes a reserved ticket into tenant `t`'s queue and announces it, activating the
+    /// tenant if it was idle. On failure (the queue is physically full of cancelled entries not
+    /// yet swept) the ticket ends and every reservation is released.
+    fn push_queued(&self, t: u32, ticket: Ticket, now: u64) -> bool {
+        let slot = self.tenants.slot(t);
+        self.tickets.publish(ticket);
+        if slot.queue.push(ticket.0).is_err() {
+            // A forged handle may have cancelled it already; then the canceller released all.
+            if self.tickets.end(ticket, QUEUED) {
+                self.unreserve(t);
+                self.tenants.release(t, LIVE_ONE, now);
+            }
+            return false;
+        }
+        // AcqRel: Release makes the push visible to the holder that sees this count; Acquire
+        // takes over the previous holder's writes when we activate.
+        let before = slot.counts.fetch_add(QUEUED_ONE, Ordering::AcqRel);
+        if before & QUEUED_MASK == 0 {
+            self.activate(t, now);
+        }
+        true
+    }
+
+    /// The caller raised `queued` from 0 and so holds the tenant's turn: stage the head, place it.
+    fn activate(&self, t: u32, now: u64) {
+        let slot = self.tenants.slot(t);
+        match slot.queue.pop() {
+            Some(head) => {
+                slot.staged.store(head, Ordering::Relaxed);
+                slot.credit.store(0, Ordering::Relaxed);
+                slot.last_grant.store(now, Ordering::Relaxed);
+                self.place(t, None, false, now);
+            }
+            None => debug_assert!(false, "announced entries are in the queue"),
+        }
+    }
+
+    /// Places a tenant whose turn the caller holds and whose head is staged: in the wheel if the
+    /// head is not ready, else in its class's ready set. `counted_in` is the class whose ready
+    /// count already includes the tenant (a granter's), if any.
+    fn place(&self, t: u32, counted_in: Option<u32>, visit_continues: bool, now: u64) {
+        let slot = self.tenants.slot(t);
+        let head = Ticket(slot.staged.load(Ordering::Relaxed));
+        let class = slot.class.load(Ordering::Relaxed);
+        let alive = self.tickets.lookup(head) == Lookup::Live(QUEUED);
+        let not_before = self
+            .tickets
+            .cell(head)
+            .map_or(0, |c| c.not_before.load(Ordering::Relaxed));
+        if alive && not_before > now {
+            if let Some(c) = counted_in {
+                self.classes.leave(c);
+            }
+            self.wheel.park(&self.tenants, t, not_before);
+            return;
+        }
+        // Ready, or dead (cancelled/expired): a granter sweeps dead heads on its turn.
+        match counted_in {
+            Some(c) if c == class => self.classes.put_back(c, t, visit_continues),
+            Some(c) => {
+                self.classes.leave(c);
+                self.classes.make_ready(class, t);
+            }
+            None => self.classes.make_ready(class, t),
+        }
+    }
+
+    // ---------------------------------------------------------------- next_grant
+
+    /// `next_grant_at` with the monotonic clock.
+    pub fn next_grant(&self) -> NextGrant {
+        self.next_grant_at(crate::clock::now_ns())
+    }
+
+    /// Takes an in-flight permit and releases the next request by weighted fair order among the
+    /// tenants whose head is ready. Returns `Expired` for a queued request whose budget ran out
+    /// (answer it; it was never granted). Call it until `Empty` or `AtCapacity` after every
+    /// enqueue and complete, and when `next_wakeup_ns` passes.
+    pub fn next_grant_at(&self, now: u64) -> NextGrant {
+        self.wheel
+            .advance(&self.tenants, now, |t| self.place(t, None, false, now));
+        if !self.acquire_permit() {
+            return NextGrant::AtCapacity;
+        }
+        let mut weights: ClassWeights = [0; CLASS_LIMIT];
+        let mut exclude = 0u64;
+        loop {
+            let Some((class, total)) = self.classes.pick(exclude, &mut weights) else {
+                self.release_permit();
+                return NextGrant::Empty;
+            };
+            let Some((t, new_visit)) = self.classes.take(class) else {
+                // Another granter holds this class's tenants right now.
+                self.classes.refund(class, total, &weights);
+                exclude |= 1 << class;
+                continue;
+            };
+            match self.serve(t, class as u32, new_visit, now) {
+                Served::Grant(grant, cost) => {
+                    self.classes
+                        .repeat(class, total, &weights, i64::from(cost) - 1);
+                    return NextGrant::Granted(grant);
+                }
+                Served::Expired(expired) => {
+                    self.classes.refund(class, total, &weights);
+                    self.release_permit();
+                    return NextGrant::Expired(expired);
+                }
+                Served::Nothing => self.classes.refund(class, total, &weights),
+            }
+        }
+    }
+
+    fn acquire_permit(&self) -> bool {
+        let max = u64::from(self.config.max_in_flight);
+        let mut current = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            if current >= max {
+                return false;
+            }
+            // Relaxed: the count guards a number, not data; the ticket CAS orders the grant's
+            // data. The CAS makes check-and-increment one step, so the bound is never passed.
+            match self.in_flight.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    fn release_permit(&self) {
+        // Relaxed: see `acquire_permit`.
+        let before = self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "in-flight count below zero");
+    }
+
+    /// Serves the tenant `t`, just taken from class `class`: sweeps dead heads, reports an expired
+    /// one, parks a not-ready one, else grants its head if its DRR credit covers the cost.
+    fn serve(&self, t: u32, class: u32, mut new_visit: bool, now: u64) -> Served {
+        let slot = self.tenants.slot(t);
+        loop {
+            let head = Ticket(slot.staged.load(Ordering::Relaxed));
+            let Some(cell) = self.tickets.cell(head) else {
+                debug_assert!(false, "staged handle out of range");
+                return Served::Nothing;
+            };
+            // Read before taking ownership; valid if the CAS below succeeds (same generation).
+            let deadline = cell.deadline.load(Ordering::Relaxed);
+            let not_before = cell.not_before.load(Ordering::Relaxed);
+            let cost = cell.cost.load(Ordering::Relaxed);
+            if self.tickets.lookup(head) != Lookup::Live(QUEUED) {
+                // Cancelled: sweep the tombstone.
+                if self.next_head(t, now) {
+                    continue;
+                }
+                self.classes.leave(class);
+                return Served::Nothing;
+            }
+            if now > deadline {
+                let expired = self.expire(t, head, now);
+                let Some(expired) = expired else {
+                    continue; // a cancel won; the next round sweeps it
+                };
+                self.after_turn(t, class, false, now);
+                return Served::Expired(expired);
+            }
+            if not_before > now {
+                self.classes.leave(class);
+                self.wheel.park(&self.tenants, t, not_before);
+                return Served::Nothing;
+            }
+            let mut credit = slot.credit.load(Ordering::Relaxed);
+            if new_visit {
+                if slot.debt.load(Ordering::Relaxed) != 0 {
+                    credit = credit.saturating_sub(slot.debt.swap(0, Ordering::Relaxed));
+                }
+                let quantum = i64::from(self.classes.quantum(class, cost));
+                // A debt is capped at one quantum, so one more visit always covers the head.
+                credit = credit.max(-quantum) + quantum;
+                slot.credit.store(credit, Ordering::Relaxed);
+                new_visit = false;
+            }
+            if credit < i64::from(cost) {
+                // This visit is spent; the next one adds a quantum.
+                self.classes.put_back(class, t, false);
+                return Served::Nothing;
+            }
+            let user_data = cell.user_data.load(Ordering::Relaxed);
+            let position = cell.position.load(Ordering::Relaxed);
+            let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
+            let estimated_wait_ns = cell.estimated_wait.load(Ordering::Relaxed);
+            if !self.tickets.transition(head, QUEUED, GRANTED) {
+                continue; // a cancel won; the next round sweeps it
+            }
+            let credit = credit - i64::from(cost);
+            slot.credit.store(credit, Ordering::Relaxed);
+            self.unreserve(t);
+            self.record_grant(t, cost, now);
+            bump(&self.shard(u64::from(head.index())).granted);
+            let grant = Grant {
+                ticket: head,
+                tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
+                user_data,
+                cost,
+                waited_ns: now.saturating_sub(enqueued_at),
+                position,
+                estimated_wait_ns,
+                remaining_budget_ns: deadline.saturating_sub(now),
+            };
+            self.after_turn(t, class, true, now);
+            return Served::Grant(grant, cost);
+        }
+    }
+
+    /// The holder is done with the staged head: stage the next one if any. Returns false when the
+    /// tenant went idle (its turn is given up).
+    fn next_head(&self, t: u32, now: u64) -> bool {
+        let before = self.tenants.release(t, QUEUED_ONE, now);
+        if before & QUEUED_MASK <= 1 {
+            return false;
+        }
+        let slot = self.tenants.slot(t);
+        match slot.queue.pop() {
+            Some(head) => {
+                slot.staged.store(head, Ordering::Relaxed);
+                true
+            }
+            None => {
+                debug_assert!(false, "announced entries are in the queue");
+                false
+            }
+        }
+    }
+
+    /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
+    fn after_turn(&self, t: u32, class: u32, granted: bool, now: u64) {
+        if !self.next_head(t, now) {
+            self.classes.leave(class);
+            return;
+        }
+        let slot = self.tenants.slot(t);
+        let visit_continues = granted && {
+            let next_cost = self
+                .tickets
+                .cell(Ticket(slot.staged.load(Ordering::Relaxed)))
+                .map_or(u32::MAX, |c| c.cost.load(Ordering::Relaxed));
+            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost)
+        };
+        self.place(t, Some(class), visit_continues, now);
+    }
+
+    fn record_grant(&self, t: u32, cost: u32, now: u64) {
+        let slot = self.tenants.slot(t);
+        let last = slot.last_grant.load(Ordering::Relaxed);
+        slot.last_grant.store(now, Ordering::Relaxed);
+        let sample = now.saturating_sub(last);
+        let old = slot.interval.load(Ordering::Relaxed);
+        let ewma = if old == 0 {
+            sample
+        } else {
+            (old.saturating_mul(7).saturating_add(sample)) / 8
+        };
+        slot.interval.store(ewma, Ordering::Relaxed);
+        slot.granted.fetch_add(1, Ordering::Relaxed);
+        slot.granted_cost
+            .fetch_add(u64::from(cost), Ordering::Relaxed);
+    }
+
+    /// Ends a queued head whose deadline passed. `None` if a cancel ended it first.
+    fn expire(&self, t: u32, head: Ticket, now: u64) -> Option<Expired> {
+        let cell = self.tickets.cell(head)?;
+        let user_data = cell.user_data.load(Ordering::Relaxed);
+        let position = cell.position.load(Ordering::Relaxed);
+        let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
+        if !self.tickets.end(head, QUEUED) {
+            return None;
+        }
+        self.unreserve(t);
+        self.tenants.release(t, LIVE_ONE, now);
+        let counters = self.shard(u64::from(head.index()));
+        bump(&counters.expired);
+        bump(&counters.refused[Reason::DeadlineExceeded.index()]);
+        let key = self.tenants.slot(t).key.load(Ordering::Relaxed);
+        Some(Expired {
+            ticket: head,
+            tenant: TenantKey::from_hash(key),
+            user_data,
+            refusal: Refusal {
+                reason: Reason::DeadlineExceeded,
+                position,
+                waited_ns: now.saturating_sub(enqueued_at),
+            },
+        })
+    }
+
+    // ---------------------------------------------------------------- complete / cancel
+
+    /// `complete_at` with the monotonic clock.
+    pub fn complete(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        actual_cost: Option<u32>,
+    ) -> Result<Completion, Error> {
+        self.complete_at(ticket, outcome, actual_cost, crate::clock::now_ns())
+    }
+
+    /// Ends a grant: gives its permit back, and either ends the ticket (admitted) or puts it back
+    /// in its tenant's queue (still refused, R7) if the Retry-After fits its remaining budget.
+    /// `actual_cost`, when given, corrects the tenant's charge (R15).
+    pub fn complete_at(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        actual_cost: Option<u32>,
+        now: u64,
+    ) -> Result<Completion, Error> {
+        if actual_cost.is_some_and(|c| c > MAX_COST) {
+            return Err(Error::InvalidArgument("actual cost must be in 0..=1000000"));
+        }
+        if !self.tickets.transition(ticket, GRANTED, REQUEUING) {
+            return Err(match self.tickets.lookup(ticket) {
+                Lookup::Stale => Error::StaleTicket,
+                Lookup::Live(_) => Error::TicketState,
+            });
+        }
+        // We own the ticket exclusively until we end or publish it.
+        let Some(cell) = self.tickets.cell(ticket) else {
+            return Err(Error::StaleTicket);
+        };
+        let t = cell.tenant.load(Ordering::Relaxed);
+        let cost = cell.cost.load(Ordering::Relaxed);
+        let slot = self.tenants.slot(t);
+        if let Some(actual) = actual_cost {
+            let delta = i64::from(actual) - i64::from(cost);
+            if delta != 0 {
+                // The holder folds this into the credit at the tenant's next visit.
+                slot.debt.fetch_add(delta, Ordering::Relaxed);
+                let class = slot.class.load(Ordering::Relaxed);
+                self.classes.charge(class as usize, delta);
+            }
+        }
+        self.release_permit();
+        let spread = u64::from(ticket.index());
+        match outcome {
+            Outcome::Admitted => {
+                self.tickets.end(ticket, REQUEUING);
+                self.tenants.release(t, LIVE_ONE, now);
+                bump(&self.shard(spread).completed);
+                Ok(Completion::Completed)
+            }
+            Outcome::StillRefused { retry_after_ns } => {
+                let deadline = cell.deadline.load(Ordering::Relaxed);
+                let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
+                let waited_ns = now.saturating_sub(enqueued_at);
+                let refuse = |reason: Reason, position: u32| {
+                    self.tickets.end(ticket, REQUEUING);
+                    self.tenants.release(t, LIVE_ONE, now);
+                    let counters = self.shard(spread);
+                    bump(&counters.refused_after_wait);
+                    bump(&counters.refused[reason.index()]);
+                    Ok(Completion::Refused(Refusal {
+                        reason,
+                        position,
+                        waited_ns,
+                    }))
+                };
+                let position = match self.reserve(t, now) {
+                    Ok(position) => position,
+                    Err(refusal) => return refuse(refusal.reason, refusal.position),
+                };
+                if now.saturating_add(retry_after_ns) > deadline {
+                    self.unreserve(t);
+                    return refuse(Reason::WaitExceedsBudget, position);
+                }
+                let estimated_wait_ns = self.estimate(t, retry_after_ns, position);
+                cell.not_before
+                    .store(now.saturating_add(retry_after_ns), Ordering::Relaxed);
+                cell.position.store(position, Ordering::Relaxed);
+                cell.estimated_wait
+                    .store(estimated_wait_ns, Ordering::Relaxed);
+                if !self.push_queued(t, ticket, now) {
+                    let counters = self.shard(spread);
+                    bump(&counters.refused_after_wait);
+                    bump(&counters.refused[Reason::TenantQueueFull.index()]);
+                    return Ok(Completion::Refused(Refusal {
+                        reason: Reason::TenantQueueFull,
+                        position,
+                        waited_ns,
+                    }));
+                }
+                bump(&self.shard(spread).requeued);
+                Ok(Completion::Requeued {
+                    position,
+                    estimated_wait_ns,
+                })
+            }
+        }
+    }
+
+    /// `cancel_at` with the monotonic clock.
+    pub fn cancel(&self, ticket: Ticket) -> Result<(), Error> {
+        self.cancel_at(ticket, crate::clock::now_ns())
+    }
+
+    /// Ends a queued or granted ticket (the client went away, or its own timer fired). A granted
+    /// ticket gives its permit back.
+    pub fn cancel_at(&self, ticket: Ticket, now: u64) -> Result<(), Error> {
+        loop {
+            let state = match self.tickets.lookup(ticket) {
+                Lookup::Stale => return Err(Error::StaleTicket),
+                Lookup::Live(state @ (QUEUED | GRANTED)) => state,
+                Lookup::Live(_) => return Err(Error::TicketState),
+            };
+            let Some(cell) = self.tickets.cell(ticket) else {
+                return Err(Error::StaleTicket);
+            };
+            let t = cell.tenant.load(Ordering::Relaxed);
+            if !self.tickets.end(ticket, state) {
+                continue; // it moved (granted, or ended by someone else): look again
+            }
+            if state == QUEUED {
+                // Its entry stays in the queue as a tombstone until the scheduler sweeps it.
+                self.unreserve(t);
+            } else {
+                self.release_permit();
+            }
+            self.tenants.release(t, LIVE_ONE, now);
+            let counters = self.shard(u64::from(ticket.index()));
+            bump(&counters.cancelled);
+            bump(&counters.refused[Reason::Cancelled.index()]);
+            return Ok(());
+        }
+    }
+
+    // ---------------------------------------------------------------- weights, stats
+
+    /// Sets the weight of the tenant with raw identifier `raw` (R5), at run time.
+    pub fn set_weight(&self, raw: &str, weight: u32) -> Result<(), Error> {
+        self.set_weight_key(TenantKey::from_raw(raw.as_bytes()), weight)
+    }
+
+    /// Sets the weight of a tenant by key. A live tenant takes it at its next turn.
+    pub fn set_weight_key(&self, key: TenantKey, weight: u32) -> Result<(), Error> {
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(Error::InvalidArgument("weight must be in 1..=10000"));
+        }
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let class = self
+            .classes
+            .ensure(weight)
+            .ok_or(Error::TooManyWeightClasses)?;
+        let next = self.weights.with(|w| w.with_entry(key.get(), weight));
+        self.weights.store(next);
+        self.apply_weight(key.get(), weight, class);
+        Ok(())
+    }
+
+    /// Replaces the whole weight table (raw id, weight) and the default weight, at run time.
+    pub fn replace_weights<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (&'a str, u32)>,
+        default_weight: u32,
+    ) -> Result<(), Error> {
+        let entries: Vec<(u64, u32)> = entries
+            .into_iter()
+            .map(|(raw, w)| (TenantKey::from_raw(raw.as_bytes()).get(), w))
+            .collect();
+        self.replace_weight_keys(&entries, default_weight)
+    }
+
+    /// `replace_weights` with keys already hashed.
+    pub fn replace_weight_keys(
+        &self,
+        entries: &[(u64, u32)],
+        default_weight: u32,
+    ) -> Result<(), Error> {
+        let valid = |w: u32| (1..=MAX_WEIGHT).contains(&w);
+        if !valid(default_weight) || entries.iter().any(|&(_, w)| !valid(w)) {
+            return Err(Error::InvalidArgument("weight must be in 1..=10000"));
+        }
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let mut distinct: Vec<u32> = entries.iter().map(|&(_, w)| w).collect();
+        distinct.push(default_weight);
+        distinct.sort_unstable();
+        distinct.dedup();
+        let missing = distinct
+            .iter()
+            .filter(|&&w| self.classes.find(w).is_none())
+            .count();
+        let in_use = (0..self.config.max_weight_classes)
+            .filter(|&c| self.classes.weight(c) != 0)
+            .count();
+        if in_use + missing > self.config.max_weight_classes as usize {
+            return Err(Error::TooManyWeightClasses);
+        }
+        for &w in &distinct {
+            self.classes.ensure(w);
+        }
+        self.weights.store(WeightTable::from_entries(
+            entries.iter().copied(),
+            default_weight,
+        ));
+        for index in 0..self.tenants.len() as u32 {
+            let key = self.tenants.slot(index).key.load(Ordering::Relaxed);
+            if key != 0 {
+                let w = self.weights.with(|table| table.get(key));
+                let class = self.classes.find(w).unwrap_or(0);
+                self.apply_weight(key, w, class);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_weight(&self, key: u64, weight: u32, class: u32) {
+        if let Some(t) = self.tenants.pin_existing(key) {
+            let slot = self.tenants.slot(t);
+            slot.weight.store(weight, Ordering::Relaxed);
+            slot.class.store(class, Ordering::Relaxed);
+            self.tenants.release(t, LIVE_ONE, 0);
+        }
+    }
+
+    /// The weight a tenant gets now: its live slot's, else the table's.
+    pub fn weight_of(&self, key: TenantKey) -> u32 {
+        if let Some(t) = self.tenants.pin_existing(key.get()) {
+            let w = self.tenants.slot(t).weight.load(Ordering::Relaxed);
+            self.tenants.release(t, LIVE_ONE, 0);
+            return w;
+        }
+        self.weights.with(|w| w.get(key.get()))
+    }
+
+    /// Grants and cost units granted to a tenant since it took its slot, if it holds one.
+    pub fn tenant_granted(&self, key: TenantKey) -> Option<(u64, u64)> {
+        let t = self.tenants.pin_existing(key.get())?;
+        let slot = self.tenants.slot(t);
+        let out = (
+            slot.granted.load(Ordering::Relaxed),
+            slot.granted_cost.load(Ordering::Relaxed),
+        );
+        self.tenants.release(t, LIVE_ONE, 0);
+        Some(out)
+    }
+
+    /// When a parked tenant may next become ready (monotonic ns), so a caller can set a timer and
+    /// call `next_grant` then. `None` when nothing is parked.
+    pub fn next_wakeup_ns(&self) -> Option<u64> {
+        self.wheel.next_tick_ns()
+    }
+
+    /// A snapshot of gauges and counters.
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats {
+            queued: self.queued.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            tenants: self.tenants.active(),
+            ..Stats::default()
+        };
+        for shard in self.counters.iter() {
+            let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            stats.enqueued += get(&shard.enqueued);
+            stats.granted += get(&shard.granted);
+            stats.completed += get(&shard.completed);
+            stats.requeued += get(&shard.requeued);
+            stats.cancelled += get(&shard.cancelled);
+            stats.expired += get(&shard.expired);
+            stats.refused_after_wait += get(&shard.refused_after_wait);
+            for (total, c) in stats.refused.iter_mut().zip(shard.refused.iter()) {
+                *total += get(c);
+            }
+        }
+        stats
+    }
+
+    /// Debug builds: tenant slots touched so far (the scale test's probe). 0 in release builds.
+    #[doc(hidden)]
+    pub fn debug_slot_touches(&self) -> u64 {
+        self.tenants.touches.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,43 @@
+//! # fairq
+//!
+//! A lock-free, multi-tenant weighted fair admission queue. A gateway hands it the requests that
+//! a per-tenant limit just refused; fairq holds each in its tenant's bounded queue and releases
+//! them by tenant weight as capacity frees up, or refuses them at once with a reason, a position
+//! and a wait.
+//!
+//! ```
+//! use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey};
+//!
+//! let engine = Engine::new(Config { enabled: true, ..Config::default() }).unwrap();
+//! engine.set_weight("acme", 3).unwrap();
+//! let req = Request::new(TenantKey::from_raw(b"acme"), Dimension::User);
+//! let Enqueued::Queued { .. } = engine.enqueue_at(&req, 0).unwrap() else { panic!() };
+//! let NextGrant::Granted(grant) = engine.next_grant_at(1) else { panic!() };
+//! engine.complete_at(grant.ticket, Outcome::Admitted, None, 2).unwrap();
+//! assert_eq!(engine.stats().completed, 1);
+//! ```
+//!
+//! Every core operation takes `now` (monotonic ns); the wrappers without `_at` read the clock.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod clock;
+mod config;
+mod engine;
+mod identity;
+mod sched;
+mod sync;
+mod tenant;
+mod ticket;
+mod types;
+mod weights;
+
+pub use clock::now_ns;
+pub use config::{Config, ConfigError, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
+pub use engine::Engine;
+pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
+pub use types::{
+    Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
+    Stats, Ticket,
+};

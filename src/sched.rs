@@ -1,0 +1,316 @@
+//! The scheduler's shared state: weight classes picked by smooth weighted round robin, and a
+//! timing wheel for tenants whose head is not ready yet.
+//!
+//! # O(1) SWRR over weight classes
+//! Tenants of equal weight form a class. A class's SWRR weight is `weight × ready tenants`, and it
+//! keeps its ready tenants in a ring (`ArrayQueue` of tenant indices). A pick runs nginx's SWRR
+//! over the classes (every class gains its weight, the largest wins and pays the total), then the
+//! class serves the tenant at its ring head, deficit-round-robin style: a visit adds the class
+//! quantum (the largest cost seen in it) to the tenant's credit and serves while the credit covers
+//! the head's cost. With unit costs that is plain round robin. The cost of a pick depends on the
+//! number of weight classes (bounded by `max_weight_classes`), never on the number of tenants.
+//!
+//! With all tenants backlogged and one caller, every window of `W = Σ wᵢ` grants gives tenant `i`
+//! exactly `wᵢ`: SWRR gives class `c` exactly `w·n_c` picks per window and the ring rotates
+//! through its `n_c` tenants `w` times.
+//!
+//! # Concurrency
+//! The SWRR credits are plain atomic counters. A pick adds each class's weight with `fetch_add`
+//! and subtracts the total from the winner, so the sum of credits is conserved however picks
+//! interleave; a pick that finds its class's ring momentarily empty (another caller holds the
+//! tenant) refunds exactly what it added. Concurrent pickers may both pick the same class; the
+//! class then runs a debt that later picks pay back, so long-run shares stay exact.
+
+use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::tenant::{TenantTable, NIL};
+
+/// Most classes; `ExcludeMask` has one bit per class.
+pub(crate) const CLASS_LIMIT: usize = 64;
+
+/// Per-pick snapshot of each class's SWRR weight, so a refund subtracts exactly what was added.
+pub(crate) type ClassWeights = [i64; CLASS_LIMIT];
+
+pub(crate) struct Class {
+    /// The tenants' weight; 0 while the class is unused. Set once, under the admin lock.
+    weight: AtomicU32,
+    /// Tenants in the ring, plus the visitor, plus tenants held by a granter.
+    ready: AtomicI64,
+    /// SWRR current weight.
+    current: AtomicI64,
+    /// DRR quantum: the largest cost granted in this class.
+    quantum: AtomicU32,
+    /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
+    visiting: AtomicU32,
+    /// Ready tenants, in round-robin order.
+    ring: ArrayQueue<u32>,
+}
+
+pub(crate) struct Classes {
+    classes: Box<[CachePadded<Class>]>,
+    /// Classes in use; they fill from index 0 and are never freed.
+    allocated: AtomicU32,
+}
+
+impl Classes {
+    pub(crate) fn new(count: usize, ring_capacity: usize) -> Classes {
+        debug_assert!(count <= CLASS_LIMIT);
+        Classes {
+            classes: (0..count)
+                .map(|_| {
+                    CachePadded::new(Class {
+                        weight: AtomicU32::new(0),
+                        ready: AtomicI64::new(0),
+                        current: AtomicI64::new(0),
+                        quantum: AtomicU32::new(1),
+                        visiting: AtomicU32::new(NIL),
+                        ring: ArrayQueue::new(ring_capacity),
+                    })
+                })
+                .collect(),
+            allocated: AtomicU32::new(0),
+        }
+    }
+
+    fn allocated(&self) -> usize {
+        // Acquire: pairs with the Release in `ensure`, so a counted class has its weight set.
+        self.allocated.load(Ordering::Acquire) as usize
+    }
+
+    /// The class of `weight`, if one exists.
+    pub(crate) fn find(&self, weight: u32) -> Option<u32> {
+        (0..self.allocated())
+            .find(|&c| self.classes[c].weight.load(Ordering::Relaxed) == weight)
+            .map(|c| c as u32)
+    }
+
+    /// The class of `weight`, allocating one if needed. Callers hold the engine's admin lock, so
+    /// two classes never get the same weight.
+    pub(crate) fn ensure(&self, weight: u32) -> Option<u32> {
+        if let Some(c) = self.find(weight) {
+            return Some(c);
+        }
+        let c = self.allocated();
+        let class = self.classes.get(c)?;
+        class.weight.store(weight, Ordering::Relaxed);
+        // Release: the weight is visible before the class is counted.
+        self.allocated.store(c as u32 + 1, Ordering::Release);
+        Some(c as u32)
+    }
+
+    pub(crate) fn weight(&self, class: u32) -> u32 {
+        self.classes[class as usize].weight.load(Ordering::Relaxed)
+    }
+
+    /// One SWRR step over the classes with ready tenants, skipping `exclude`. Returns the winner
+    /// and the total it paid; `weights` records what each class gained, for `refund`.
+    pub(crate) fn pick(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        let mut total = 0i64;
+        let mut best: Option<(usize, i64)> = None;
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            weights[c] = 0;
+            if exclude & (1 << c) != 0 {
+                continue;
+            }
+            // Relaxed: a stale count only skews one pick's weights; credits stay conserved.
+            let ready = class.ready.load(Ordering::Relaxed);
+            if ready <= 0 {
+                continue;
+            }
+            let gain = i64::from(class.weight.load(Ordering::Relaxed)) * ready;
+            weights[c] = gain;
+            // Relaxed: the credit is a counter; no other data is published through it.
+            let current = class.current.fetch_add(gain, Ordering::Relaxed) + gain;
+            total += gain;
+            if best.is_none_or(|(_, top)| current > top) {
+                best = Some((c, current));
+            }
+        }
+        let (winner, _) = best?;
+        self.classes[winner]
+            .current
+            .fetch_sub(total, Ordering::Relaxed);
+        Some((winner, total))
+    }
+
+    /// Undoes a pick: the winner gets its payment back and every class gives back its gain.
+    pub(crate) fn refund(&self, winner: usize, total: i64, weights: &ClassWeights) {
+        self.repeat(winner, total, weights, -1);
+    }
+
+    /// Applies `steps` more SWRR steps with the same weights and winner (a cost above 1 is that
+    /// many unit steps; a negative count undoes steps).
+    pub(crate) fn repeat(&self, winner: usize, total: i64, weights: &ClassWeights, steps: i64) {
+        if steps == 0 {
+            return;
+        }
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            if weights[c] != 0 {
+                class
+                    .current
+                    .fetch_add(weights[c].saturating_mul(steps), Ordering::Relaxed);
+            }
+        }
+        self.classes[winner]
+            .current
+            .fetch_sub(total.saturating_mul(steps), Ordering::Relaxed);
+    }
+
+    /// Charges class `winner` for `steps` unit steps at today's weights (cost corrections).
+    pub(crate) fn charge(&self, winner: usize, steps: i64) {
+        let mut weights = [0i64; CLASS_LIMIT];
+        let mut total = 0;
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            let ready = class.ready.load(Ordering::Relaxed).max(0);
+            weights[c] = i64::from(class.weight.load(Ordering::Relaxed)) * ready;
+            total += weights[c];
+        }
+        if total > 0 {
+            self.repeat(winner, total, &weights, steps);
+        }
+    }
+
+    /// Takes the next tenant to serve from `class`: the visitor if its visit continues (`false`),
+    /// else the ring head, starting a new visit (`true`).
+    pub(crate) fn take(&self, class: usize) -> Option<(u32, bool)> {
+        let class = &self.classes[class];
+        // Acquire: pairs with the Release in `put_back`; the holder's writes to the slot are ours.
+        let visitor = class.visiting.swap(NIL, Ordering::AcqRel);
+        if visitor != NIL {
+            return Some((visitor, false));
+        }
+        class.ring.pop().map(|t| (t, true))
+    }
+
+    /// Adds `tenant` to `class`'s ready set. Counts it before pushing it, so the count is never
+    /// below the ring's length. A class that was idle starts with a clean SWRR credit.
+    pub(crate) fn make_ready(&self, class: u32, tenant: u32) {
+        let class = &self.classes[class as usize];
+        if class.ready.fetch_add(1, Ordering::Relaxed) == 0 {
+            class.current.store(0, Ordering::Relaxed);
+        }
+        // The ring holds every tenant at most once and is sized for all of them.
+        let pushed = class.ring.push(tenant);
+        debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// Puts a held tenant back: as the visitor if its visit goes on, else at the ring's tail.
+    pub(crate) fn put_back(&self, class: u32, tenant: u32, visit_continues: bool) {
+        let class = &self.classes[class as usize];
+        // Release: the holder's writes to the tenant slot happen before the next holder's take.
+        if visit_continues
+            && class
+                .visiting
+                .compare_exchange(NIL, tenant, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        let pushed = class.ring.push(tenant);
+        debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// A held tenant leaves `class`'s ready set (parked, idle or moving class).
+    pub(crate) fn leave(&self, class: u32) {
+        self.classes[class as usize]
+            .ready
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Raises the class quantum to cover `cost`; returns the quantum.
+    pub(crate) fn quantum(&self, class: u32, cost: u32) -> u32 {
+        let q = &self.classes[class as usize].quantum;
+        q.fetch_max(cost, Ordering::Relaxed).max(cost)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn current(&self, class: usize) -> i64 {
+        self.classes[class].current.load(Ordering::Relaxed)
+    }
+}
+
+/// Timing-wheel granularity: 2^20 ns, about 1.05 ms.
+const TICK_SHIFT: u32 = 20;
+/// Buckets: a horizon of about 268 ms. Later entries wait in their bucket and are re-parked.
+const BUCKETS: u64 = 256;
+
+/// Tenants whose staged head is not ready yet, bucketed by the tick it becomes ready.
+///
+/// Each bucket is a Treiber stack of tenant indices linked through `TenantSlot::wheel_next`, with
+/// push by CAS and drain by `swap(NIL)`. A drain takes the whole list, so there is no ABA: a push
+/// only needs the head it read to still be the head. A tenant is in at most one bucket, put there
+/// by the thread holding its turn.
+pub(crate) struct Wheel {
+    buckets: Box<[AtomicU32]>,
+    /// Last tick drained. Only moves forward.
+    cursor: CachePadded<AtomicU64>,
+    /// Tenants parked now.
+    parked: CachePadded<AtomicU64>,
+}
+
+impl Wheel {
+    pub(crate) fn new(now: u64) -> Wheel {
+        Wheel {
+            buckets: (0..BUCKETS).map(|_| AtomicU32::new(NIL)).collect(),
+            cursor: CachePadded::new(AtomicU64::new(now >> TICK_SHIFT)),
+            parked: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Parks `tenant` until `not_before`. The caller holds the tenant's turn and gives it up.
+    pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) {
+        let cursor = self.cursor.load(Ordering::Acquire);
+        let tick = (not_before >> TICK_SHIFT).max(cursor + 1);
+        let bucket = &self.buckets[(tick % BUCKETS) as usize];
+        self.parked.fetch_add(1, Ordering::Relaxed);
+        let slot = tenants.slot(tenant);
+        let mut head = bucket.load(Ordering::Relaxed);
+        loop {
+            slot.wheel_next.store(head, Ordering::Relaxed);
+            // Release: the link (and the slot's staged head) is visible to the drainer's swap.
+            match bucket.compare_exchange_weak(head, tenant, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(seen) => head = seen,
+            }
+        }
+    }
+
+    /// Drains every bucket whose tick has passed, calling `wake` for each tenant in them. One
+    /// caller at a time advances the cursor; the others return at once.
+    pub(crate) fn advance(&self, tenants: &TenantTable, now: u64, mut wake: impl FnMut(u32)) {
+        if self.parked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let target = now >> TICK_SHIFT;
+        let from = self.cursor.load(Ordering::Acquire);
+        if target <= from {
+            return;
+        }
+        // AcqRel: one winner per advance; parkers that read the new cursor park beyond it.
+        if self
+            .cursor
+            .compare_exchange(from, target, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let last = target.min(from + BUCKETS);
+        for tick in from + 1..=last {
+            // Acquire: pairs with the parkers' Release CAS; their links are visible.
+            let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::AcqRel);
+            while tenant != NIL {
+                let next = tenants.slot(tenant).wheel_next.load(Ordering::Relaxed);
+                self.parked.fetch_sub(1, Ordering::Relaxed);
+                wake(tenant);
+                tenant = next;
+            }
+        }
+    }
+
+    /// The earliest time a parked tenant may become ready, if any is parked (for caller timers).
+    pub(crate) fn next_tick_ns(&self) -> Option<u64> {
+        if self.parked.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some((self.cursor.load(Ordering::Acquire) + 1) << TICK_SHIFT)
+    }
+}

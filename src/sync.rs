@@ -1,0 +1,91 @@
+//! The one place that names atomics, queues and shared pointers.
+//!
+//! Every other module imports its concurrency primitives from here. Under `cfg(loom)` the shim
+//! swaps in loom's atomics and loom-visible stand-ins with the same API: a loom
+//! `Mutex<VecDeque>` behind `ArrayQueue`'s interface and an `RwLock<Arc<T>>` behind `ArcSwap`.
+//! Loom cannot see inside crossbeam or arc-swap, so without the stand-ins it would check nothing
+//! there; with them, the engine's own atomics are model-checked for real.
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use std::sync::Mutex;
+
+    pub(crate) use crossbeam_queue::ArrayQueue;
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// A shared, atomically replaceable value (read-mostly, replaced rarely).
+    pub(crate) struct SharedPtr<T>(arc_swap::ArcSwap<T>);
+
+    impl<T> SharedPtr<T> {
+        pub(crate) fn new(value: T) -> Self {
+            SharedPtr(arc_swap::ArcSwap::from_pointee(value))
+        }
+        /// Runs `f` on the current value without locking or allocating.
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            f(&self.0.load())
+        }
+        pub(crate) fn store(&self, value: T) {
+            self.0.store(std::sync::Arc::new(value))
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::Mutex;
+
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    /// Loom-visible stand-in for `crossbeam_queue::ArrayQueue`: same API, a loom mutex inside.
+    pub(crate) struct ArrayQueue<T> {
+        inner: loom::sync::Mutex<VecDeque<T>>,
+        cap: usize,
+    }
+
+    impl<T> ArrayQueue<T> {
+        pub(crate) fn new(cap: usize) -> Self {
+            assert!(cap > 0, "capacity must be non-zero");
+            ArrayQueue {
+                inner: loom::sync::Mutex::new(VecDeque::with_capacity(cap)),
+                cap,
+            }
+        }
+        pub(crate) fn push(&self, value: T) -> Result<(), T> {
+            let mut q = self.inner.lock().unwrap();
+            if q.len() == self.cap {
+                return Err(value);
+            }
+            q.push_back(value);
+            Ok(())
+        }
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.inner.lock().unwrap().pop_front()
+        }
+        pub(crate) fn len(&self) -> usize {
+            self.inner.lock().unwrap().len()
+        }
+    }
+
+    /// Loom-visible stand-in for `ArcSwap`: an `RwLock<Arc<T>>`.
+    pub(crate) struct SharedPtr<T>(loom::sync::RwLock<Arc<T>>);
+
+    impl<T> SharedPtr<T> {
+        pub(crate) fn new(value: T) -> Self {
+            SharedPtr(loom::sync::RwLock::new(Arc::new(value)))
+        }
+        pub(crate) fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+            let current = self.0.read().unwrap().clone();
+            f(&current)
+        }
+        pub(crate) fn store(&self, value: T) {
+            *self.0.write().unwrap() = Arc::new(value);
+        }
+    }
+}
+
+pub(crate) use imp::*;

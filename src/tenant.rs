@@ -1,0 +1,297 @@
+//! The fixed tenant table: open addressing over a fixed array of tenant slots.
+//!
+//! A slot is found by linear probing from its key's hash, within a window of `PROBE_WINDOW`
+//! slots. A slot with key 0 has never been used and ends a probe; once used, a slot always holds
+//! some key, so probe chains never break.
+//!
+//! # Slot life cycle
+//! `counts` packs `live << 32 | queued`, plus the `STEALING` bit:
+//! - `queued`: entries pushed into the slot's queue and announced, staged head included,
+//!   cancelled ones too until the scheduler sweeps them. It decides who holds the tenant's turn:
+//!   the enqueuer that moves it from 0 to 1 activates the tenant; the holder that moves it from 1
+//!   to 0 lets it go idle.
+//! - `live`: tickets of this tenant not yet ended (queued or granted), plus callers that pinned
+//!   the slot while they work on it.
+//!
+//! A slot is reused ("stolen") for another tenant only when `counts == 0` and it has been idle for
+//! `tenant_idle_ms`. The thief CASes `counts` from 0 to `STEALING`, rewrites the key and the
+//! fields, and releases with `counts = LIVE_ONE` (its own pin). Anyone else pins with a CAS that
+//! refuses `STEALING`, then re-reads the key: a pin that succeeded after a steal sees the new key
+//! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
+//! holds its own key, never one that now belongs to someone else.
+
+use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+pub(crate) const QUEUED_ONE: u64 = 1;
+pub(crate) const QUEUED_MASK: u64 = 0xFFFF_FFFF;
+pub(crate) const LIVE_ONE: u64 = 1 << 32;
+const STEALING: u64 = 1 << 63;
+/// Most slots one lookup probes. Bounds enqueue's cost on a crowded table.
+pub(crate) const PROBE_WINDOW: usize = 512;
+/// "No tenant" in links and staged handles.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// One tenant: its queue, its scheduling state and its counters.
+pub(crate) struct TenantSlot {
+    /// Hashed tenant key; 0 = never used. Written only by a thief holding `STEALING`.
+    pub(crate) key: AtomicU64,
+    /// `live << 32 | queued` (+ `STEALING`); see the module docs.
+    pub(crate) counts: AtomicU64,
+    /// Logical queued entries (cancelled ones excluded): the tenant queue bound and positions.
+    pub(crate) depth: AtomicU32,
+    /// Current weight (R5).
+    pub(crate) weight: AtomicU32,
+    /// Index of the weight class of `weight`.
+    pub(crate) class: AtomicU32,
+    /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek).
+    pub(crate) staged: AtomicU64,
+    /// Owned by the turn holder: next tenant in the same timing-wheel bucket.
+    pub(crate) wheel_next: AtomicU32,
+    /// Owned by the turn holder: cost credit inside the class (DRR).
+    pub(crate) credit: AtomicI64,
+    /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
+    /// holder at the tenant's next visit.
+    pub(crate) debt: AtomicI64,
+    /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
+    pub(crate) last_active: AtomicU64,
+    /// Owned by the turn holder: time of the last grant, and the EWMA of the interval between
+    /// grants (ns), for the estimated wait.
+    pub(crate) last_grant: AtomicU64,
+    pub(crate) interval: AtomicU64,
+    /// Grants made to this tenant since it took the slot.
+    pub(crate) granted: AtomicU64,
+    /// Cost units granted to this tenant since it took the slot.
+    pub(crate) granted_cost: AtomicU64,
+    /// Handles of queued tickets, in arrival order.
+    pub(crate) queue: ArrayQueue<u64>,
+}
+
+impl TenantSlot {
+    fn new(queue_capacity: usize) -> TenantSlot {
+        TenantSlot {
+            key: AtomicU64::new(0),
+            counts: AtomicU64::new(0),
+            depth: AtomicU32::new(0),
+            weight: AtomicU32::new(0),
+            class: AtomicU32::new(0),
+            staged: AtomicU64::new(0),
+            wheel_next: AtomicU32::new(NIL),
+            credit: AtomicI64::new(0),
+            debt: AtomicI64::new(0),
+            last_active: AtomicU64::new(0),
+            last_grant: AtomicU64::new(0),
+            interval: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
+            granted_cost: AtomicU64::new(0),
+            queue: ArrayQueue::new(queue_capacity),
+        }
+    }
+}
+
+/// Why a lookup found no slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TableFull;
+
+pub(crate) struct TenantTable {
+    slots: Box<[TenantSlot]>,
+    idle_ns: u64,
+    /// Slots with `counts != 0`: the tenants gauge.
+    active: AtomicU64,
+    /// Debug probe: slots inspected by lookups and grants (counted in debug builds only).
+    pub(crate) touches: AtomicU64,
+}
+
+impl TenantTable {
+    pub(crate) fn new(capacity: usize, queue_capacity: usize, idle_ns: u64) -> TenantTable {
+        TenantTable {
+            slots: (0..capacity)
+                .map(|_| TenantSlot::new(queue_capacity))
+                .collect(),
+            idle_ns,
+            active: AtomicU64::new(0),
+            touches: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slot at `index`. Callers pass indices taken from this table.
+    pub(crate) fn slot(&self, index: u32) -> &TenantSlot {
+        debug_assert!((index as usize) < self.slots.len());
+        self.touch();
+        &self.slots[index as usize]
+    }
+
+    #[inline]
+    pub(crate) fn touch(&self) {
+        if cfg!(debug_assertions) {
+            self.touches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn active(&self) -> u64 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    fn home(&self, key: u64) -> usize {
+        ((u128::from(key) * self.slots.len() as u128) >> 64) as usize
+    }
+
+    fn probe(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
+        let n = self.slots.len();
+        let home = self.home(key);
+        (0..n.min(PROBE_WINDOW)).map(move |i| {
+            let index = home + i;
+            if index >= n {
+                index - n
+            } else {
+                index
+            }
+        })
+    }
+
+    /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns one
+    /// `LIVE` count on it.
+    fn try_pin(&self, index: usize, key: u64) -> bool {
+        let slot = &self.slots[index];
+        self.touch();
+        let mut current = slot.counts.load(Ordering::Acquire);
+        loop {
+            if current & STEALING != 0 {
+                return false;
+            }
+            // Acquire: pairs with a thief's Release of `counts`, so the key read below is the
+            // thief's. Release: orders our pin before the key check for a concurrent thief.
+            match slot.counts.compare_exchange_weak(
+                current,
+                current + LIVE_ONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        if current == 0 {
+            self.active.fetch_add(1, Ordering::Relaxed);
+        }
+        // Acquire: see the key the last thief wrote before it released `counts`.
+        if slot.key.load(Ordering::Acquire) == key {
+            return true;
+        }
+        self.release(index as u32, LIVE_ONE, 0);
+        false
+    }
+
+    /// Finds `key`'s slot without claiming one, pinned.
+    pub(crate) fn pin_existing(&self, key: u64) -> Option<u32> {
+        for index in self.probe(key) {
+            let seen = self.slots[index].key.load(Ordering::Acquire);
+            if seen == 0 {
+                return None;
+            }
+            if seen == key && self.try_pin(index, key) {
+                return Some(index as u32);
+            }
+        }
+        None
+    }
+
+    /// Finds or claims `key`'s slot, pinned. `init` sets up a freshly claimed slot (weight, class)
+    /// while the caller holds it exclusively.
+    pub(crate) fn pin_or_claim(
+        &self,
+        key: u64,
+        now: u64,
+        init: impl Fn(&TenantSlot),
+    ) -> Result<u32, TableFull> {
+        // A claim can lose a race for its slot; a few rounds settle it.
+        for _ in 0..8 {
+            let mut candidate = None;
+            for index in self.probe(key) {
+                let slot = &self.slots[index];
+                let seen = slot.key.load(Ordering::Acquire);
+                if seen == key && self.try_pin(index, key) {
+                    return Ok(index as u32);
+                }
+                if seen == 0 {
+                    candidate.get_or_insert(index);
+                    break;
+                }
+                if candidate.is_none() && self.stealable(slot, now) {
+                    candidate = Some(index);
+                }
+            }
+            let Some(index) = candidate else {
+                return Err(TableFull);
+            };
+            if self.try_steal(index, key, now, &init) {
+                return Ok(index as u32);
+            }
+        }
+        Err(TableFull)
+    }
+
+    fn stealable(&self, slot: &TenantSlot, now: u64) -> bool {
+        // Acquire: pairs with the Release in `release`, so `last_active` is the idle time.
+        slot.counts.load(Ordering::Acquire) == 0
+            && now.saturating_sub(slot.last_active.load(Ordering::Relaxed)) >= self.idle_ns
+    }
+
+    fn try_steal(&self, index: usize, key: u64, now: u64, init: &impl Fn(&TenantSlot)) -> bool {
+        let slot = &self.slots[index];
+        self.touch();
+        // Acquire: the previous owner's last writes (it released `counts` to 0) happen before.
+        if slot
+            .counts
+            .compare_exchange(0, STEALING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let old = slot.key.load(Ordering::Relaxed);
+        if old != 0
+            && (old == key
+                || now.saturating_sub(slot.last_active.load(Ordering::Relaxed)) < self.idle_ns)
+        {
+            // Its owner came back between our scan and the CAS: leave it, and retry the lookup.
+            slot.counts.store(0, Ordering::Release);
+            return false;
+        }
+        // We own the slot exclusively: `counts` holds STEALING, so no pin can succeed.
+        slot.key.store(key, Ordering::Relaxed);
+        debug_assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
+        slot.credit.store(0, Ordering::Relaxed);
+        slot.debt.store(0, Ordering::Relaxed);
+        slot.last_grant.store(now, Ordering::Relaxed);
+        slot.interval.store(0, Ordering::Relaxed);
+        slot.granted.store(0, Ordering::Relaxed);
+        slot.granted_cost.store(0, Ordering::Relaxed);
+        init(slot);
+        self.active.fetch_add(1, Ordering::Relaxed);
+        // Release: publishes the new key and fields to every later pin (their Acquire CAS).
+        slot.counts.store(LIVE_ONE, Ordering::Release);
+        true
+    }
+
+    /// Subtracts `delta` (live and/or queued counts) from a slot. When that leaves it idle, the
+    /// time is recorded so the slot can be reused after `tenant_idle_ms`.
+    /// Returns the counts before.
+    pub(crate) fn release(&self, index: u32, delta: u64, now: u64) -> u64 {
+        let slot = &self.slots[index as usize];
+        // Release: our writes to the slot happen before a thief's Acquire of `counts == 0`.
+        let previous = slot.counts.fetch_sub(delta, Ordering::AcqRel);
+        debug_assert!(previous >= delta, "tenant counts underflow");
+        if previous == delta {
+            // Written after the slot went idle: a thief may see the older time and take the slot
+            // a little early, which only resets an idle tenant's counters.
+            if now != 0 {
+                slot.last_active.store(now, Ordering::Relaxed);
+            }
+            self.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        previous
+    }
+}

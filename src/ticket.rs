@@ -1,0 +1,172 @@
+//! The ticket slab: a fixed array of request records and a lock-free free list.
+//!
+//! Each record's `state` word packs `generation << 32 | state`. Every transition is a CAS on that
+//! word, so exactly one caller wins any race (grant against cancel, complete against complete),
+//! and a handle whose generation differs is stale. Ending a ticket bumps the generation before the
+//! slot returns to the free list, so an old handle can never reach the next request.
+//!
+//! The other fields are written only by the thread that owns the ticket (the enqueuer before it
+//! publishes the handle, a completer that won the CAS into `REQUEUING`), and read by the thread
+//! that pops the handle from a tenant queue. The queue's push (Release) / pop (Acquire) carries
+//! them, so they are plain `Relaxed` atomics.
+
+use crate::sync::{ArrayQueue, AtomicU32, AtomicU64, Ordering};
+use crate::types::Ticket;
+
+/// Free: on the free list.
+pub(crate) const FREE: u32 = 0;
+/// In a tenant queue (or staged as its head), waiting for a grant.
+pub(crate) const QUEUED: u32 = 1;
+/// Granted: holds an in-flight permit until complete or cancel.
+pub(crate) const GRANTED: u32 = 2;
+/// Owned by one completer while it requeues the ticket.
+pub(crate) const REQUEUING: u32 = 3;
+
+fn pack(generation: u32, state: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(state)
+}
+
+/// One request record, one cache line.
+#[repr(align(64))]
+pub(crate) struct TicketCell {
+    /// `generation << 32 | state`; the single source of truth for who owns the ticket.
+    state: AtomicU64,
+    /// Tenant slot index.
+    pub(crate) tenant: AtomicU32,
+    /// Cost in resource units.
+    pub(crate) cost: AtomicU32,
+    /// Position at (re)enqueue.
+    pub(crate) position: AtomicU32,
+    /// Caller data.
+    pub(crate) user_data: AtomicU64,
+    /// Absolute deadline (ns): never granted after it.
+    pub(crate) deadline: AtomicU64,
+    /// Not ready before this time (ns).
+    pub(crate) not_before: AtomicU64,
+    /// First enqueue time (ns).
+    pub(crate) enqueued_at: AtomicU64,
+    /// Estimated wait made at (re)enqueue (ns).
+    pub(crate) estimated_wait: AtomicU64,
+}
+
+/// The state of a ticket as seen through a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The handle's generation is current; this is the state.
+    Live(u32),
+    /// The handle is stale or out of range.
+    Stale,
+}
+
+pub(crate) struct TicketSlab {
+    cells: Box<[TicketCell]>,
+    /// Indices of free cells. Sized to hold every cell, so a push never fails.
+    free: ArrayQueue<u32>,
+}
+
+impl TicketSlab {
+    pub(crate) fn new(capacity: usize) -> TicketSlab {
+        let cells: Box<[TicketCell]> = (0..capacity)
+            .map(|_| TicketCell {
+                // Generation starts at 1, so no valid handle is 0.
+                state: AtomicU64::new(pack(1, FREE)),
+                tenant: AtomicU32::new(0),
+                cost: AtomicU32::new(0),
+                position: AtomicU32::new(0),
+                user_data: AtomicU64::new(0),
+                deadline: AtomicU64::new(0),
+                not_before: AtomicU64::new(0),
+                enqueued_at: AtomicU64::new(0),
+                estimated_wait: AtomicU64::new(0),
+            })
+            .collect();
+        let free = ArrayQueue::new(capacity);
+        for i in 0..capacity {
+            let pushed = free.push(i as u32);
+            debug_assert!(pushed.is_ok());
+        }
+        TicketSlab { cells, free }
+    }
+
+    /// Takes a free cell; returns its handle. The cell is `FREE` and owned by the caller until it
+    /// moves it to `QUEUED` with [`TicketSlab::publish`].
+    pub(crate) fn alloc(&self) -> Option<Ticket> {
+        let index = self.free.pop()?;
+        // Acquire: pairs with the Release that freed the cell, so its old fields are settled.
+        let word = self.cells[index as usize].state.load(Ordering::Acquire);
+        debug_assert_eq!(word as u32, FREE);
+        Some(Ticket::new(index, (word >> 32) as u32))
+    }
+
+    /// The cell a handle names, if the index is in range. The generation is not checked here.
+    pub(crate) fn cell(&self, ticket: Ticket) -> Option<&TicketCell> {
+        self.cells.get(ticket.index() as usize)
+    }
+
+    /// Marks an allocated (or requeuing) ticket as queued. Release: a thread that sees `QUEUED`
+    /// through the state word also sees the fields written before.
+    pub(crate) fn publish(&self, ticket: Ticket) {
+        if let Some(cell) = self.cell(ticket) {
+            cell.state
+                .store(pack(ticket.generation(), QUEUED), Ordering::Release);
+        }
+    }
+
+    /// The state of the ticket a handle names.
+    pub(crate) fn lookup(&self, ticket: Ticket) -> Lookup {
+        match self.cell(ticket) {
+            Some(cell) => {
+                // Acquire: a live state implies the fields written before it are visible.
+                let word = cell.state.load(Ordering::Acquire);
+                if (word >> 32) as u32 == ticket.generation() && word as u32 != FREE {
+                    Lookup::Live(word as u32)
+                } else {
+                    Lookup::Stale
+                }
+            }
+            None => Lookup::Stale,
+        }
+    }
+
+    /// Moves a ticket from state `from` to `to` within its generation. Fails if another caller
+    /// moved it first or the handle is stale.
+    pub(crate) fn transition(&self, ticket: Ticket, from: u32, to: u32) -> bool {
+        let Some(cell) = self.cell(ticket) else {
+            return false;
+        };
+        let generation = ticket.generation();
+        // AcqRel: acquire the fields the previous owner wrote; release ours to the next owner.
+        cell.state
+            .compare_exchange(
+                pack(generation, from),
+                pack(generation, to),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Ends a ticket in state `from`: bumps the generation and returns the cell to the free list.
+    /// Fails (changing nothing) if the ticket is not in `from` at its generation.
+    pub(crate) fn end(&self, ticket: Ticket, from: u32) -> bool {
+        let Some(cell) = self.cell(ticket) else {
+            return false;
+        };
+        let generation = ticket.generation();
+        // AcqRel: the winner sees the fields (to report them) and publishes the bump.
+        let ok = cell
+            .state
+            .compare_exchange(
+                pack(generation, from),
+                pack(generation.wrapping_add(1).max(1), FREE),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok();
+        if ok {
+            let pushed = self.free.push(ticket.index());
+            debug_assert!(pushed.is_ok(), "free list sized for every cell");
+        }
+        ok
+    }
+}
