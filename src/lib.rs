@@ -26,6 +26,7 @@ mod clock;
 mod config;
 mod engine;
 mod identity;
+mod metrics;
 mod sched;
 mod sync;
 mod tenant;
