@@ -26,6 +26,10 @@ use crate::types::{
 use crate::weights::WeightTable;
 
 const MS: u64 = 1_000_000;
+/// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
+const DEBT_QUANTA: i64 = 8;
+/// The engine's clock high-water mark is rewritten at most this often (ns).
+const CLOCK_STEP: u64 = MS;
 /// Counter shards: spread by ticket index, so threads rarely share a counter line.
 const SHARDS: usize = 8;
 
@@ -70,6 +74,8 @@ pub struct Engine {
     queued: CachePadded<AtomicU64>,
     /// Grants out now: never above `max_in_flight`, never below 0.
     in_flight: CachePadded<AtomicU64>,
+    /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
+    clock: CachePadded<AtomicU64>,
     counters: Box<[CachePadded<Counters>]>,
 }
 
@@ -95,6 +101,7 @@ impl Engine {
             admin: Mutex::new(()),
             queued: CachePadded::new(AtomicU64::new(0)),
             in_flight: CachePadded::new(AtomicU64::new(0)),
+            clock: CachePadded::new(AtomicU64::new(0)),
             counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             config,
         })
@@ -116,6 +123,21 @@ impl Engine {
         self.enabled.load(Ordering::Relaxed)
     }
 
+    /// Makes the engine's view of time monotonic: a `now` behind the high-water mark is raised
+    /// to it. The mark is rewritten only when time moved `CLOCK_STEP` on, so the hot path
+    /// mostly reads a shared line rather than writing it.
+    fn monotonic(&self, now: u64) -> u64 {
+        // Relaxed: the mark orders nothing; it only bounds how far back `now` may go.
+        let mark = self.clock.load(Ordering::Relaxed);
+        if now < mark {
+            return mark;
+        }
+        if now - mark >= CLOCK_STEP {
+            self.clock.fetch_max(now, Ordering::Relaxed);
+        }
+        now
+    }
+
     fn shard(&self, spread: u64) -> &Counters {
         &self.counters[(spread as usize) % SHARDS]
     }
@@ -133,6 +155,7 @@ impl Engine {
         if request.cost == 0 || request.cost > MAX_COST {
             return Err(Error::InvalidArgument("cost must be in 1..=1000000"));
         }
+        let now = self.monotonic(now);
         let spread = request.user_data;
         if !self.is_enabled() {
             return Ok(self.refuse_on_arrival(spread, Reason::Disabled, 0));
@@ -340,6 +363,7 @@ impl Engine {
     /// (answer it; it was never granted). Call it until `Empty` or `AtCapacity` after every
     /// enqueue and complete, and when `next_wakeup_ns` passes.
     pub fn next_grant_at(&self, now: u64) -> NextGrant {
+        let now = self.monotonic(now);
         self.wheel
             .advance(&self.tenants, now, |t| self.place(t, None, false, now));
         if !self.acquire_permit() {
@@ -442,8 +466,8 @@ impl Engine {
                     credit = credit.saturating_sub(slot.debt.swap(0, Ordering::Relaxed));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
-                // A debt is capped at one quantum, so one more visit always covers the head.
-                credit = credit.max(-quantum) + quantum;
+                // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
+                credit = credit.max(-DEBT_QUANTA * quantum) + quantum;
                 slot.credit.store(credit, Ordering::Relaxed);
                 new_visit = false;
             }
@@ -585,6 +609,7 @@ impl Engine {
         if actual_cost.is_some_and(|c| c > MAX_COST) {
             return Err(Error::InvalidArgument("actual cost must be in 0..=1000000"));
         }
+        let now = self.monotonic(now);
         if !self.tickets.transition(ticket, GRANTED, REQUEUING) {
             return Err(match self.tickets.lookup(ticket) {
                 Lookup::Stale => Error::StaleTicket,
@@ -673,6 +698,7 @@ impl Engine {
     /// Ends a queued or granted ticket (the client went away, or its own timer fired). A granted
     /// ticket gives its permit back.
     pub fn cancel_at(&self, ticket: Ticket, now: u64) -> Result<(), Error> {
+        let now = self.monotonic(now);
         loop {
             let state = match self.tickets.lookup(ticket) {
                 Lookup::Stale => return Err(Error::StaleTicket),
