@@ -133,7 +133,7 @@ impl Config {
 
     /// Bytes the fixed tables take: tenant slots and queues, class rings, tickets.
     pub fn table_bytes(&self) -> u64 {
-        let tenants = u64::from(self.max_tenants);
+        let tenants = crate::tenant::slot_count(self.max_tenants as usize) as u64;
         let per_tenant = 512 + 16 * u64::from(self.tenant_queue_capacity);
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
         let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));

@@ -16,7 +16,7 @@
 use crate::config::{Config, ConfigError, MAX_COST, MAX_WEIGHT};
 use crate::identity::TenantKey;
 use crate::sched::{ClassWeights, Classes, Wheel, CLASS_LIMIT};
-use crate::sync::{AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, SharedPtr};
+use crate::sync::{AtomicBool, AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
 use crate::tenant::{TenantTable, LIVE_ONE, QUEUED_MASK, QUEUED_ONE};
 use crate::ticket::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
 use crate::types::{
@@ -84,7 +84,8 @@ impl Engine {
     pub fn new(config: Config) -> Result<Engine, ConfigError> {
         config.validate()?;
         let tenants = config.max_tenants as usize;
-        let classes = Classes::new(config.max_weight_classes as usize, tenants);
+        let slots = crate::tenant::slot_count(tenants);
+        let classes = Classes::new(config.max_weight_classes as usize, slots);
         classes.ensure(config.default_weight);
         Ok(Engine {
             enabled: AtomicBool::new(config.enabled),
@@ -376,7 +377,7 @@ impl Engine {
                 self.release_permit();
                 return NextGrant::Empty;
             };
-            let Some((t, new_visit)) = self.classes.take(class) else {
+            let Some((t, new_visit)) = self.take_tenant(class) else {
                 // Another granter holds this class's tenants right now.
                 self.classes.refund(class, total, &weights);
                 exclude |= 1 << class;
@@ -395,6 +396,23 @@ impl Engine {
                 }
                 Served::Nothing => self.classes.refund(class, total, &weights),
             }
+        }
+    }
+
+    /// Takes a tenant from the picked class. When the ring is empty but the class still counts
+    /// ready tenants, another granter holds them for a few hundred ns: wait briefly rather than
+    /// serve another class out of turn, which would skew shares when tenants are few. Gives up
+    /// after a bounded backoff, so a preempted holder never blocks us.
+    fn take_tenant(&self, class: usize) -> Option<(u32, bool)> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(taken) = self.classes.take(class) {
+                return Some(taken);
+            }
+            if self.classes.ready(class) <= 0 || backoff.is_completed() {
+                return None;
+            }
+            backoff.snooze();
         }
     }
 

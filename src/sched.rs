@@ -181,6 +181,11 @@ impl Classes {
         class.ring.pop().map(|t| (t, true))
     }
 
+    /// Tenants counted ready in `class` (in its ring, visiting, or held by a granter).
+    pub(crate) fn ready(&self, class: usize) -> i64 {
+        self.classes[class].ready.load(Ordering::Relaxed)
+    }
+
     /// Adds `tenant` to `class`'s ready set. Counts it before pushing it, so the count is never
     /// below the ring's length. A class that was idle starts with a clean SWRR credit.
     pub(crate) fn make_ready(&self, class: u32, tenant: u32) {

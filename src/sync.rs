@@ -14,6 +14,21 @@ mod imp {
     pub(crate) use crossbeam_queue::ArrayQueue;
     pub(crate) use crossbeam_utils::CachePadded;
 
+    /// Spin-then-yield backoff for waits on a short critical section of another thread.
+    pub(crate) struct Backoff(crossbeam_utils::Backoff);
+
+    impl Backoff {
+        pub(crate) fn new() -> Self {
+            Backoff(crossbeam_utils::Backoff::new())
+        }
+        pub(crate) fn snooze(&self) {
+            self.0.snooze()
+        }
+        pub(crate) fn is_completed(&self) -> bool {
+            self.0.is_completed()
+        }
+    }
+
     /// A shared, atomically replaceable value (read-mostly, replaced rarely).
     pub(crate) struct SharedPtr<T>(arc_swap::ArcSwap<T>);
 
@@ -68,6 +83,22 @@ mod imp {
         }
         pub(crate) fn len(&self) -> usize {
             self.inner.lock().unwrap().len()
+        }
+    }
+
+    /// Under loom a backoff is one yield, then gives up, so models stay small.
+    pub(crate) struct Backoff(std::cell::Cell<bool>);
+
+    impl Backoff {
+        pub(crate) fn new() -> Self {
+            Backoff(std::cell::Cell::new(false))
+        }
+        pub(crate) fn snooze(&self) {
+            self.0.set(true);
+            loom::thread::yield_now()
+        }
+        pub(crate) fn is_completed(&self) -> bool {
+            self.0.get()
         }
     }
 

@@ -1,7 +1,9 @@
 //! The fixed tenant table: open addressing over a fixed array of tenant slots.
 //!
 //! A slot is found by linear probing from its key's hash, within a window of `PROBE_WINDOW`
-//! slots. A slot with key 0 has never been used and ends a probe; once used, a slot always holds
+//! slots. The table has a quarter more slots than `max_tenants`, which bounds how many tenants
+//! may be active (hold requests) at once; a tenant that comes back to its own idle slot is always
+//! let in. A slot with key 0 has never been used and ends a probe; once used, a slot always holds
 //! some key, so probe chains never break.
 //!
 //! # Slot life cycle
@@ -88,12 +90,28 @@ impl TenantSlot {
     }
 }
 
+/// Physical slots for a table of `capacity` tenants: a quarter more, for short probe chains.
+pub(crate) fn slot_count(capacity: usize) -> usize {
+    capacity + capacity / 4 + 1
+}
+
+enum Claim {
+    Claimed,
+    /// Someone else changed the slot first: look again.
+    Lost,
+    /// `max_tenants` tenants are active.
+    Full,
+}
+
 /// Why a lookup found no slot.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
 pub(crate) struct TenantTable {
+    /// `max_tenants` plus a quarter of slack, so probe chains stay short when the table is full.
     slots: Box<[TenantSlot]>,
+    /// Most tenants a claim may bring the active count to (`max_tenants`).
+    limit: u64,
     idle_ns: u64,
     /// Slots with `counts != 0`: the tenants gauge.
     active: AtomicU64,
@@ -104,9 +122,10 @@ pub(crate) struct TenantTable {
 impl TenantTable {
     pub(crate) fn new(capacity: usize, queue_capacity: usize, idle_ns: u64) -> TenantTable {
         TenantTable {
-            slots: (0..capacity)
+            slots: (0..slot_count(capacity))
                 .map(|_| TenantSlot::new(queue_capacity))
                 .collect(),
+            limit: capacity as u64,
             idle_ns,
             active: AtomicU64::new(0),
             touches: AtomicU64::new(0),
@@ -227,8 +246,10 @@ impl TenantTable {
             let Some(index) = candidate else {
                 return Err(TableFull);
             };
-            if self.try_steal(index, key, now, &init) {
-                return Ok(index as u32);
+            match self.try_steal(index, key, now, &init) {
+                Claim::Claimed => return Ok(index as u32),
+                Claim::Lost => continue,
+                Claim::Full => return Err(TableFull),
             }
         }
         Err(TableFull)
@@ -240,7 +261,7 @@ impl TenantTable {
             && now.saturating_sub(slot.last_active.load(Ordering::Relaxed)) >= self.idle_ns
     }
 
-    fn try_steal(&self, index: usize, key: u64, now: u64, init: &impl Fn(&TenantSlot)) -> bool {
+    fn try_steal(&self, index: usize, key: u64, now: u64, init: &impl Fn(&TenantSlot)) -> Claim {
         let slot = &self.slots[index];
         self.touch();
         // Acquire: the previous owner's last writes (it released `counts` to 0) happen before.
@@ -249,7 +270,7 @@ impl TenantTable {
             .compare_exchange(0, STEALING, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            return false;
+            return Claim::Lost;
         }
         let old = slot.key.load(Ordering::Relaxed);
         if old != 0
@@ -258,7 +279,13 @@ impl TenantTable {
         {
             // Its owner came back between our scan and the CAS: leave it, and retry the lookup.
             slot.counts.store(0, Ordering::Release);
-            return false;
+            return Claim::Lost;
+        }
+        // Relaxed: a bound counter; the RMW alone keeps it exact.
+        if self.active.fetch_add(1, Ordering::Relaxed) >= self.limit {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+            slot.counts.store(0, Ordering::Release);
+            return Claim::Full;
         }
         // We own the slot exclusively: `counts` holds STEALING, so no pin can succeed.
         slot.key.store(key, Ordering::Relaxed);
@@ -270,10 +297,9 @@ impl TenantTable {
         slot.granted.store(0, Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
         init(slot);
-        self.active.fetch_add(1, Ordering::Relaxed);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
         slot.counts.store(LIVE_ONE, Ordering::Release);
-        true
+        Claim::Claimed
     }
 
     /// Subtracts `delta` (live and/or queued counts) from a slot. When that leaves it idle, the

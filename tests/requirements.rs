@@ -424,6 +424,7 @@ fn r9_every_bound_refuses_with_its_reason_and_position() {
 
 #[test]
 fn r9_an_idle_tenant_gives_its_slot_back_after_the_idle_time() {
+    // One active tenant at a time; the table has a spare slot for probing.
     let engine = engine(Config {
         max_tenants: 1,
         tenant_idle_ms: 50,
@@ -437,17 +438,30 @@ fn r9_an_idle_tenant_gives_its_slot_back_after_the_idle_time() {
         .complete_at(t, Outcome::Admitted, None, 10 * MS)
         .unwrap();
     assert_eq!(engine.stats().tenants, 0);
-    let r = refusal(engine.enqueue_at(&request("b"), 20 * MS).unwrap());
+    let t = queued(&engine, &request("b"), 20 * MS);
+    granted(&engine, 21 * MS);
+    engine
+        .complete_at(t, Outcome::Admitted, None, 30 * MS)
+        .unwrap();
+    // Both slots now hold idle tenants within their idle time.
+    let r = refusal(engine.enqueue_at(&request("c"), 40 * MS).unwrap());
     assert_eq!(
         r.reason,
         Reason::TenantTableFull,
         "still within the idle time"
     );
-    queued(&engine, &request("b"), 61 * MS);
+    // "a" came back to its own slot: always let in.
+    let t = queued(&engine, &request("a"), 41 * MS);
+    granted(&engine, 42 * MS);
+    engine
+        .complete_at(t, Outcome::Admitted, None, 43 * MS)
+        .unwrap();
+    // "b" has been idle 50 ms: "c" takes its slot.
+    queued(&engine, &request("c"), 81 * MS);
     assert_eq!(engine.stats().tenants, 1);
     // A stream of new tenants keeps cycling through the one slot.
     for i in 0..100u64 {
-        let now = 100 * MS * (i + 1);
+        let now = 100 * MS * (i + 2);
         let g = granted(&engine, now);
         engine
             .complete_at(g.ticket, Outcome::Admitted, None, now)
