@@ -25,6 +25,9 @@
 mod clock;
 mod config;
 mod engine;
+// The C ABI: the one module besides the lock-free cells allowed `unsafe` (raw pointers from C).
+#[allow(unsafe_code)]
+pub mod ffi;
 mod identity;
 mod metrics;
 mod sched;

@@ -1,0 +1,805 @@
+//! The exported functions. Each one is written out by hand so cbindgen sees it, and each body
+//! runs inside the panic boundary (`ffi_status!` / `ffi_value!`).
+//!
+//! The pattern in every function: check every pointer (NULL → `FAIRQ_ERR_NULL`) and every code
+//! *before* touching the engine, so an error never leaves a half-done operation (a queued
+//! request whose ticket could not be returned); then call the engine; then write the
+//! out-parameters.
+
+use std::os::raw::c_char;
+
+use super::boundary::{
+    bytes, copy_message, error_status, optional_out, required, required_out, write_out,
+};
+use super::codes::*;
+use super::types::*;
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::identity::{Identity, TenantKey};
+use crate::types::{Completion, Enqueued, NextGrant, Outcome, Ticket};
+
+/// Borrows the engine behind a handle.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to a live engine from `fairq_engine_new` (or, for the
+/// best-effort handle check, to readable memory at least as large as one).
+unsafe fn engine_ref<'a>(ptr: *const fairq_engine) -> Result<&'a Engine, i32> {
+    let ptr = required(ptr)?;
+    // SAFETY: `ptr` is non-NULL and aligned, and by the caller's contract points to readable
+    // memory the size of an engine. A volatile read of the plain `u64` tag keeps the compiler
+    // from assuming it is always `ENGINE_MAGIC`.
+    let magic = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*ptr).magic)) };
+    if magic != ENGINE_MAGIC {
+        return Err(FAIRQ_ERR_INVALID_HANDLE);
+    }
+    // SAFETY: the tag matches, so this is a live engine; the caller keeps it alive (no
+    // concurrent `fairq_engine_free`) for the duration of the call. `Engine` is `Sync`, so a
+    // shared borrow from any thread is sound.
+    Ok(unsafe { &(*ptr).engine })
+}
+
+/// Reads a caller struct by value.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to a valid, initialised `T`.
+unsafe fn read_in<T: Copy>(ptr: *const T) -> Result<T, i32> {
+    let ptr = required(ptr)?;
+    // SAFETY: non-NULL and aligned (checked), initialised by the caller's contract; `T: Copy`.
+    Ok(unsafe { ptr.read() })
+}
+
+fn outcome(code: u32, retry_after_ns: u64) -> Result<Outcome, i32> {
+    match code {
+        FAIRQ_OUTCOME_ADMITTED => Ok(Outcome::Admitted),
+        FAIRQ_OUTCOME_STILL_REFUSED => Ok(Outcome::StillRefused { retry_after_ns }),
+        _ => Err(FAIRQ_ERR_INVALID_ARGUMENT),
+    }
+}
+
+// ---------------------------------------------------------------- version, clock, config
+
+/// The library version, `"MAJOR.MINOR.PATCH"` (matches `FAIRQ_VERSION_*` of the header it was
+/// built with). Static: never free it.
+#[no_mangle]
+pub extern "C" fn fairq_version() -> *const c_char {
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    VERSION.as_ptr().cast()
+}
+
+/// The monotonic clock the functions without `_at` read, in ns since the first call in this
+/// process. Pass it (or your own monotonic clock, consistently) to the `_at` functions.
+#[no_mangle]
+pub extern "C" fn fairq_now_ns() -> u64 {
+    ffi_value!(0, { crate::clock::now_ns() })
+}
+
+/// Fills `*config` with the defaults (disabled; 1024 tenants; 64 per tenant; 4096 queued; 8 in
+/// flight; weight 1; 30 s budget). NULL is a no-op.
+///
+/// # Safety
+/// A non-NULL `config` must be valid for a write of a `fairq_config`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_config_default(config: *mut fairq_config) {
+    ffi_value!((), {
+        if let Ok(Some(out)) = optional_out(config) {
+            // SAFETY: checked non-NULL and aligned; writable by the caller's contract.
+            unsafe { write_out(out, fairq_config::from(&Config::default())) };
+        }
+    })
+}
+
+/// Checks `*config`. `FAIRQ_OK`, or `FAIRQ_ERR_INVALID_CONFIG` with a message naming the field
+/// and its range copied into `buf` (truncated, NUL-terminated; `buf` may be NULL or `len` 0).
+///
+/// # Safety
+/// `config` must point to an initialised `fairq_config`; a non-NULL `buf` must be valid for
+/// writes of `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_config_check(
+    config: *const fairq_config,
+    buf: *mut c_char,
+    len: usize,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: the caller passes a valid config or NULL (rejected by `read_in`).
+        let config = unsafe { read_in(config) }?;
+        match config.to_config() {
+            Ok(_) => Ok(FAIRQ_OK),
+            Err(message) => {
+                // SAFETY: `buf` is NULL (ignored) or valid for `len` bytes by contract.
+                unsafe { copy_message(&message, buf, len) };
+                Err(FAIRQ_ERR_INVALID_CONFIG)
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------- engine
+
+/// Builds an engine from `*config` and writes it to `*engine_out`. All memory is allocated
+/// here. `FAIRQ_ERR_INVALID_CONFIG` when a field is out of range (`fairq_config_check` says
+/// which). Release it with `fairq_engine_free`.
+///
+/// # Safety
+/// `config` must point to an initialised `fairq_config`; `engine_out` must be valid for a
+/// write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_engine_new(
+    config: *const fairq_config,
+    engine_out: *mut *mut fairq_engine,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: the caller passes a valid config or NULL (rejected by `read_in`).
+        let config = unsafe { read_in(config) }?;
+        let out = required_out(engine_out)?;
+        let config = config.to_config().map_err(|_| FAIRQ_ERR_INVALID_CONFIG)?;
+        let engine = Engine::new(config).map_err(|_| FAIRQ_ERR_INVALID_CONFIG)?;
+        let handle = Box::into_raw(Box::new(fairq_engine {
+            magic: ENGINE_MAGIC,
+            engine,
+        }));
+        // SAFETY: `out` is checked non-NULL and aligned, writable by the caller's contract.
+        unsafe { write_out(out, handle) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Releases an engine and everything it holds. NULL is a no-op. Must be the last call on this
+/// engine: no other thread may be using it, and outstanding tickets become meaningless.
+///
+/// # Safety
+/// A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_engine_free(engine: *mut fairq_engine) {
+    ffi_value!((), {
+        // SAFETY: non-NULL pointers are live engines by the caller's contract; the tag check
+        // only refuses obviously foreign memory.
+        if unsafe { engine_ref(engine) }.is_err() {
+            return;
+        }
+        // SAFETY: allocated by `Box::into_raw` in `fairq_engine_new`, not freed before, and not
+        // used by any other thread from now on (the caller's contract). Clearing the tag first
+        // makes a later use of this dangling pointer more likely to be caught.
+        unsafe {
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*engine).magic), 0);
+            drop(Box::from_raw(engine));
+        }
+    })
+}
+
+/// Turns the engine on or off at run time. Off refuses new requests with
+/// `FAIRQ_REASON_DISABLED`; what is already queued still drains through `fairq_next_grant`.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_set_enabled(engine: *const fairq_engine, enabled: bool) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        engine.set_enabled(enabled);
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Writes whether new requests are queued to `*enabled`.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `enabled` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_is_enabled(engine: *const fairq_engine, enabled: *mut bool) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(enabled)?;
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, engine.is_enabled()) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+// ---------------------------------------------------------------- tenants and weights
+
+/// Hashes a raw identifier (user id, team id, API key id; `len` bytes, not NUL-terminated) to
+/// the 64-bit tenant key used by requests and weights. The same bytes give the same key in
+/// every process and binding. `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier.
+///
+/// # Safety
+/// `raw` must be valid for reads of `len` bytes; `key_out` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_tenant_key(
+    raw: *const c_char,
+    len: usize,
+    key_out: *mut u64,
+) -> i32 {
+    ffi_status!({
+        let out = required_out(key_out)?;
+        // SAFETY: `len` readable bytes at `raw`, by contract.
+        let raw = unsafe { bytes(raw, len) }?;
+        if raw.is_empty() {
+            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+        }
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, TenantKey::from_raw(raw).get()) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Resolves the tenant of a request from its identifiers: the engine's configured
+/// `tenant_dimension` first, then user, team, API key (empty values and a placeholder team do
+/// not count). `FAIRQ_OK` writes the key and, if `dimension_out` is not NULL, the
+/// `FAIRQ_TENANT_DIM_*` used. `FAIRQ_NOT_FOUND` when the request has no identifier (enqueue it
+/// with `tenant_key` 0 to refuse it `no_tenant`). `FAIRQ_ERR_INVALID_ARGUMENT` for non-UTF-8.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `identity` must point to a `fairq_identity` whose
+/// non-NULL strings are readable for their lengths; the out-pointers must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_resolve_tenant(
+    engine: *const fairq_engine,
+    identity: *const fairq_identity,
+    key_out: *mut u64,
+    dimension_out: *mut u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        // SAFETY: a valid identity or NULL, by contract.
+        let identity = unsafe { read_in(identity) }?;
+        let out = required_out(key_out)?;
+        let dim_out = optional_out(dimension_out)?;
+        let text = |ptr: *const c_char, len: usize| -> Result<Option<&str>, i32> {
+            if ptr.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: non-NULL strings in the identity are readable for their lengths.
+            let raw = unsafe { bytes(ptr, len) }?;
+            let text = std::str::from_utf8(raw).map_err(|_| FAIRQ_ERR_INVALID_ARGUMENT)?;
+            Ok(Some(text))
+        };
+        let identity = Identity {
+            user: text(identity.user, identity.user_len)?,
+            team: text(identity.team, identity.team_len)?,
+            team_is_placeholder: identity.team_is_placeholder,
+            api_key: text(identity.api_key, identity.api_key_len)?,
+        };
+        let Some((dimension, key)) = identity.resolve(engine.config().tenant_dimension) else {
+            return Ok(FAIRQ_NOT_FOUND);
+        };
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, key.get()) };
+        if let Some(dim_out) = dim_out {
+            // SAFETY: checked non-NULL and aligned, writable by contract.
+            unsafe { write_out(dim_out, dimension as u32) };
+        }
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Sets the weight (1..=10000) of the tenant whose raw identifier is the `len` bytes at `raw`,
+/// at run time. A live tenant takes it at its next turn.
+/// `FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES` when it would exceed `max_weight_classes`.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `raw` must be valid for reads of `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_set_weight(
+    engine: *const fairq_engine,
+    raw: *const c_char,
+    len: usize,
+    weight: u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        // SAFETY: `len` readable bytes at `raw`, by contract.
+        let raw = unsafe { bytes(raw, len) }?;
+        if raw.is_empty() {
+            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+        }
+        engine
+            .set_weight_key(TenantKey::from_raw(raw), weight)
+            .map_err(error_status)?;
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// `fairq_set_weight` by tenant key (from `fairq_tenant_key`). Key 0 is invalid.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_set_weight_key(
+    engine: *const fairq_engine,
+    tenant_key: u64,
+    weight: u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        if tenant_key == 0 {
+            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+        }
+        engine
+            .set_weight_key(TenantKey::from_hash(tenant_key), weight)
+            .map_err(error_status)?;
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Replaces the whole weight table with `count` entries and a new default weight, at run time,
+/// without stopping traffic. Tenants not listed get `default_weight`. All or nothing: on an
+/// error the old table stays. `entries` may be NULL when `count` is 0.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `entries` must be valid for reads of `count`
+/// entries.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_replace_weights(
+    engine: *const fairq_engine,
+    entries: *const fairq_weight_entry,
+    count: usize,
+    default_weight: u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let entries: &[fairq_weight_entry] = if count == 0 {
+            &[]
+        } else {
+            let ptr = required(entries)?;
+            if count > isize::MAX as usize / std::mem::size_of::<fairq_weight_entry>() {
+                return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+            }
+            // SAFETY: non-NULL, aligned, the byte size fits `isize`, and `count` initialised
+            // entries are readable for the call's duration by contract.
+            unsafe { std::slice::from_raw_parts(ptr, count) }
+        };
+        if entries.iter().any(|e| e.tenant_key == 0) {
+            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+        }
+        let table: Vec<(u64, u32)> = entries.iter().map(|e| (e.tenant_key, e.weight)).collect();
+        engine
+            .replace_weight_keys(&table, default_weight)
+            .map_err(error_status)?;
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Writes the weight the tenant gets now (its live slot's, else the table's) to `*weight_out`.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `weight_out` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_weight_of(
+    engine: *const fairq_engine,
+    tenant_key: u64,
+    weight_out: *mut u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(weight_out)?;
+        let weight = engine.weight_of(TenantKey::from_hash(tenant_key));
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, weight) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Writes the grants and cost units granted to a tenant since it took its slot. `FAIRQ_NOT_FOUND`
+/// when it holds no slot (idle long enough to be evicted, or never seen).
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; both out-pointers must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_tenant_granted(
+    engine: *const fairq_engine,
+    tenant_key: u64,
+    grants_out: *mut u64,
+    cost_out: *mut u64,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let grants_out = required_out(grants_out)?;
+        let cost_out = required_out(cost_out)?;
+        let Some((grants, cost)) = engine.tenant_granted(TenantKey::from_hash(tenant_key)) else {
+            return Ok(FAIRQ_NOT_FOUND);
+        };
+        // SAFETY: both checked non-NULL and aligned, writable by contract.
+        unsafe {
+            write_out(grants_out, grants);
+            write_out(cost_out, cost);
+        }
+        Ok(FAIRQ_OK)
+    })
+}
+
+// ---------------------------------------------------------------- enqueue
+
+/// `fairq_enqueue_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_enqueue_at`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_enqueue(
+    engine: *const fairq_engine,
+    request: *const fairq_request,
+    result: *mut fairq_enqueue_result,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe { fairq_enqueue_at(engine, request, now, result) })
+    })
+}
+
+/// Holds a refused request in its tenant's queue (`FAIRQ_QUEUED`: `result` has the ticket,
+/// position and estimated wait), or refuses it at once (`FAIRQ_REFUSED`: `result` has the
+/// reason and the position it would have had). `now_ns` is monotonic ns.
+/// `FAIRQ_ERR_INVALID_ARGUMENT` for a dimension code or cost out of range.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `request` must point to an initialised
+/// `fairq_request`; `result` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_enqueue_at(
+    engine: *const fairq_engine,
+    request: *const fairq_request,
+    now_ns: u64,
+    result: *mut fairq_enqueue_result,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        // SAFETY: a valid request or NULL, by contract.
+        let request = unsafe { read_in(request) }?.to_request()?;
+        let out = required_out(result)?;
+        let (status, value) = match engine.enqueue_at(&request, now_ns).map_err(error_status)? {
+            Enqueued::Queued {
+                ticket,
+                position,
+                estimated_wait_ns,
+            } => (
+                FAIRQ_QUEUED,
+                fairq_enqueue_result {
+                    ticket: ticket.0,
+                    estimated_wait_ns,
+                    position,
+                    reason: FAIRQ_REASON_NONE,
+                },
+            ),
+            Enqueued::Refused(refusal) => (FAIRQ_REFUSED, fairq_enqueue_result::refused(refusal)),
+        };
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, value) };
+        Ok(status)
+    })
+}
+
+// ---------------------------------------------------------------- next_grant
+
+/// `fairq_next_grant_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_next_grant_at`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_next_grant(
+    engine: *const fairq_engine,
+    grant: *mut fairq_grant,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe { fairq_next_grant_at(engine, now, grant) })
+    })
+}
+
+/// Releases the next request by weighted fair order among tenants whose head is ready.
+/// `FAIRQ_OK`: `*grant` is a grant holding an in-flight permit; re-check the limiter, then
+/// `fairq_complete` (or `fairq_cancel`). `FAIRQ_EXPIRED`: `*grant` is a queued request whose
+/// budget ran out (reason `FAIRQ_REASON_DEADLINE_EXCEEDED`, with its `user_data`); answer it,
+/// its ticket has ended. `FAIRQ_EMPTY`: nothing ready. `FAIRQ_AT_CAPACITY`: `max_in_flight`
+/// grants are out. Call it until `FAIRQ_EMPTY` or `FAIRQ_AT_CAPACITY` after every enqueue and
+/// complete, and when `fairq_next_wakeup_ns` passes.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `grant` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_next_grant_at(
+    engine: *const fairq_engine,
+    now_ns: u64,
+    grant: *mut fairq_grant,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(grant)?;
+        let (status, value) = match engine.next_grant_at(now_ns) {
+            NextGrant::Granted(g) => (FAIRQ_OK, fairq_grant::from(g)),
+            NextGrant::Expired(e) => (FAIRQ_EXPIRED, fairq_grant::from(e)),
+            NextGrant::Empty => return Ok(FAIRQ_EMPTY),
+            NextGrant::AtCapacity => return Ok(FAIRQ_AT_CAPACITY),
+        };
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, value) };
+        Ok(status)
+    })
+}
+
+/// When a parked tenant may next become ready (monotonic ns): set a timer and call
+/// `fairq_next_grant` then. `FAIRQ_EMPTY` (nothing written) when nothing is parked.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `wakeup_out` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_next_wakeup_ns(
+    engine: *const fairq_engine,
+    wakeup_out: *mut u64,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(wakeup_out)?;
+        let Some(at) = engine.next_wakeup_ns() else {
+            return Ok(FAIRQ_EMPTY);
+        };
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, at) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+// ---------------------------------------------------------------- complete, cancel
+
+/// `fairq_complete_with_cost_at` shared body; `actual_cost` None keeps the enqueued cost.
+///
+/// # Safety
+/// As `fairq_complete_with_cost_at`.
+unsafe fn complete(
+    engine: *const fairq_engine,
+    ticket: u64,
+    outcome_code: u32,
+    retry_after_ns: u64,
+    actual_cost: Option<u32>,
+    now_ns: u64,
+    completion: *mut fairq_completion,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = optional_out(completion)?;
+        let outcome = outcome(outcome_code, retry_after_ns)?;
+        let done = engine
+            .complete_at(Ticket(ticket), outcome, actual_cost, now_ns)
+            .map_err(error_status)?;
+        let status = match done {
+            Completion::Completed => FAIRQ_OK,
+            Completion::Requeued { .. } => FAIRQ_REQUEUED,
+            Completion::Refused(_) => FAIRQ_REFUSED,
+        };
+        if let Some(out) = out {
+            // SAFETY: checked non-NULL and aligned, writable by contract.
+            unsafe { write_out(out, fairq_completion::from(done)) };
+        }
+        Ok(status)
+    })
+}
+
+/// `fairq_complete_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_complete_at`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_complete(
+    engine: *const fairq_engine,
+    ticket: u64,
+    outcome: u32,
+    retry_after_ns: u64,
+    completion: *mut fairq_completion,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe {
+            complete(
+                engine,
+                ticket,
+                outcome,
+                retry_after_ns,
+                None,
+                now,
+                completion,
+            )
+        })
+    })
+}
+
+/// Ends a grant after the limiter re-check and gives its in-flight permit back.
+/// `FAIRQ_OUTCOME_ADMITTED`: the ticket ends (`FAIRQ_OK`). `FAIRQ_OUTCOME_STILL_REFUSED`: the
+/// request goes back into its tenant's queue, ready after `retry_after_ns`, if that fits its
+/// budget (`FAIRQ_REQUEUED`, ticket stays valid), else the ticket ends (`FAIRQ_REFUSED`, reason
+/// `wait_exceeds_budget` or a full queue). `completion` may be NULL; when not, it gets the
+/// details. `FAIRQ_ERR_STALE_TICKET` / `FAIRQ_ERR_TICKET_STATE` for a ticket that is not
+/// granted now (ended, forged, queued, completed twice).
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `completion` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_complete_at(
+    engine: *const fairq_engine,
+    ticket: u64,
+    outcome: u32,
+    retry_after_ns: u64,
+    now_ns: u64,
+    completion: *mut fairq_completion,
+) -> i32 {
+    // SAFETY: same contract.
+    unsafe {
+        complete(
+            engine,
+            ticket,
+            outcome,
+            retry_after_ns,
+            None,
+            now_ns,
+            completion,
+        )
+    }
+}
+
+/// `fairq_complete_with_cost_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_complete_with_cost_at`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_complete_with_cost(
+    engine: *const fairq_engine,
+    ticket: u64,
+    outcome: u32,
+    retry_after_ns: u64,
+    actual_cost: u32,
+    completion: *mut fairq_completion,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        let cost = Some(actual_cost);
+        // SAFETY: same contract.
+        Ok(unsafe {
+            complete(
+                engine,
+                ticket,
+                outcome,
+                retry_after_ns,
+                cost,
+                now,
+                completion,
+            )
+        })
+    })
+}
+
+/// `fairq_complete_at` that also corrects the tenant's charge to the request's actual cost
+/// (0..=1000000 resource units), so fairness counts what was really used.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `completion` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_complete_with_cost_at(
+    engine: *const fairq_engine,
+    ticket: u64,
+    outcome: u32,
+    retry_after_ns: u64,
+    actual_cost: u32,
+    now_ns: u64,
+    completion: *mut fairq_completion,
+) -> i32 {
+    let cost = Some(actual_cost);
+    // SAFETY: same contract.
+    unsafe {
+        complete(
+            engine,
+            ticket,
+            outcome,
+            retry_after_ns,
+            cost,
+            now_ns,
+            completion,
+        )
+    }
+}
+
+/// `fairq_cancel_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_cancel_at`.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_cancel(engine: *const fairq_engine, ticket: u64) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe { fairq_cancel_at(engine, ticket, now) })
+    })
+}
+
+/// Ends a queued or granted ticket (the client went away, or its own timer fired); a granted
+/// ticket gives its permit back. `FAIRQ_ERR_STALE_TICKET` when it already ended.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_cancel_at(
+    engine: *const fairq_engine,
+    ticket: u64,
+    now_ns: u64,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        engine
+            .cancel_at(Ticket(ticket), now_ns)
+            .map_err(error_status)?;
+        Ok(FAIRQ_OK)
+    })
+}
+
+// ---------------------------------------------------------------- stats, metrics
+
+/// Fills `*stats` with a snapshot of the gauges and counters.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `stats` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_get_stats(
+    engine: *const fairq_engine,
+    stats: *mut fairq_stats,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(stats)?;
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, fairq_stats::from(engine.stats())) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// Renders the metrics in the Prometheus text format into `buf` (NUL-terminated). `*needed`
+/// (if not NULL) gets the bytes required including the NUL. `FAIRQ_ERR_BUFFER_TOO_SMALL` when
+/// `len` is less than that: nothing is written to `buf`, but `*needed` is set, so call once
+/// with `buf` NULL and `len` 0 to size it (metrics can grow between calls: allow slack, or
+/// retry). `FAIRQ_ERR_NULL` for a NULL `buf` with `len` > 0.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; a non-NULL `buf` must be valid for writes of `len`
+/// bytes; `needed` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fairq_metrics_prometheus(
+    engine: *const fairq_engine,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let needed = optional_out(needed)?;
+        if buf.is_null() && len > 0 {
+            return Err(FAIRQ_ERR_NULL);
+        }
+        let text = engine.prometheus_text();
+        let size = text.len() + 1;
+        if let Some(needed) = needed {
+            // SAFETY: checked non-NULL and aligned, writable by contract.
+            unsafe { write_out(needed, size) };
+        }
+        if buf.is_null() || len < size {
+            return Err(FAIRQ_ERR_BUFFER_TOO_SMALL);
+        }
+        // SAFETY: `buf` is non-NULL and valid for `len >= size` bytes by contract, so the
+        // whole text and its NUL fit.
+        unsafe { copy_message(&text, buf, len) };
+        Ok(FAIRQ_OK)
+    })
+}

@@ -1,0 +1,33 @@
+//! The C ABI: the `extern "C"` functions, `#[repr(C)]` types and stable codes that C, Python
+//! (ctypes), Go (cgo) and NGINX/Envoy modules link against. `include/fairq.h` is generated from
+//! these files by `build.rs` (cbindgen) and committed.
+//!
+//! # Conventions (the README's "API conventions" restates them for C users)
+//! - **Status.** Every function returns an `int32_t` status, except the string functions,
+//!   `fairq_now_ns`, `fairq_config_default` and `fairq_engine_free`. `FAIRQ_OK` is 0, errors are
+//!   negative, other outcomes (`FAIRQ_QUEUED`, `FAIRQ_EMPTY`, ...) are positive. The numbers never
+//!   change meaning.
+//! - **NULL.** Every pointer is checked. A NULL where a value is required gives `FAIRQ_ERR_NULL`
+//!   before anything happens. `fairq_engine_free(NULL)` is a no-op.
+//! - **Out-parameters** are written only when the status says they were (`FAIRQ_OK` and the
+//!   positive outcomes documented per function); on an error they are left untouched.
+//! - **Panics** never cross the boundary: each function catches them and returns
+//!   `FAIRQ_ERR_PANIC` (or a fixed string, or nothing).
+//! - **Threads.** A `fairq_engine` is `Send + Sync`: every call may run concurrently from any
+//!   thread, except `fairq_engine_free`, which must be the last call on that engine.
+//!
+//! Every function is written by hand (cbindgen does not expand macros); the panic boundary is a
+//! macro used *inside* each one.
+
+#![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[macro_use]
+mod boundary;
+mod api;
+mod codes;
+mod types;
+
+pub use api::*;
+pub use codes::*;
+pub use types::*;
