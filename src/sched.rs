@@ -227,10 +227,6 @@ impl Classes {
         q.fetch_max(cost, Ordering::Relaxed).max(cost)
     }
 
-    #[cfg(test)]
-    pub(crate) fn current(&self, class: usize) -> i64 {
-        self.classes[class].current.load(Ordering::Relaxed)
-    }
 }
 
 /// Timing-wheel granularity: 2^20 ns, about 1.05 ms.

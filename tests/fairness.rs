@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use common::*;
-use fairq::{
-    Completion, Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey,
-};
+use fairq::{Completion, Config, Dimension, Enqueued, NextGrant, Outcome, Request, TenantKey};
 
 /// All tenants backlogged and ready, one caller: every window of W = Σw grants starting at a
 /// multiple of W gives tenant i exactly w_i grants.
