@@ -24,7 +24,11 @@ use crate::types::{Completion, Enqueued, NextGrant, Outcome, Ticket};
 /// A non-NULL `ptr` must point to a live engine from `fairq_engine_new` (or, for the
 /// best-effort handle check, to readable memory at least as large as one).
 unsafe fn engine_ref<'a>(ptr: *const fairq_engine) -> Result<&'a Engine, i32> {
-    let ptr = required(ptr)?;
+    // A misaligned pointer cannot be an engine: call it a bad handle, not a bad argument.
+    let ptr = required(ptr).map_err(|e| match e {
+        FAIRQ_ERR_NULL => FAIRQ_ERR_NULL,
+        _ => FAIRQ_ERR_INVALID_HANDLE,
+    })?;
     // SAFETY: `ptr` is non-NULL and aligned, and by the caller's contract points to readable
     // memory the size of an engine. A volatile read of the plain `u64` tag keeps the compiler
     // from assuming it is always `ENGINE_MAGIC`.
@@ -60,7 +64,7 @@ fn outcome(code: u32, retry_after_ns: u64) -> Result<Outcome, i32> {
 
 /// The library version, `"MAJOR.MINOR.PATCH"` (matches `FAIRQ_VERSION_*` of the header it was
 /// built with). Static: never free it.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn fairq_version() -> *const c_char {
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
     VERSION.as_ptr().cast()
@@ -68,7 +72,7 @@ pub extern "C" fn fairq_version() -> *const c_char {
 
 /// The monotonic clock the functions without `_at` read, in ns since the first call in this
 /// process. Pass it (or your own monotonic clock, consistently) to the `_at` functions.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn fairq_now_ns() -> u64 {
     ffi_value!(0, { crate::clock::now_ns() })
 }
@@ -78,7 +82,7 @@ pub extern "C" fn fairq_now_ns() -> u64 {
 ///
 /// # Safety
 /// A non-NULL `config` must be valid for a write of a `fairq_config`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_config_default(config: *mut fairq_config) {
     ffi_value!((), {
         if let Ok(Some(out)) = optional_out(config) {
@@ -94,7 +98,7 @@ pub unsafe extern "C" fn fairq_config_default(config: *mut fairq_config) {
 /// # Safety
 /// `config` must point to an initialised `fairq_config`; a non-NULL `buf` must be valid for
 /// writes of `len` bytes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_config_check(
     config: *const fairq_config,
     buf: *mut c_char,
@@ -123,7 +127,7 @@ pub unsafe extern "C" fn fairq_config_check(
 /// # Safety
 /// `config` must point to an initialised `fairq_config`; `engine_out` must be valid for a
 /// write of a pointer.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_engine_new(
     config: *const fairq_config,
     engine_out: *mut *mut fairq_engine,
@@ -149,7 +153,7 @@ pub unsafe extern "C" fn fairq_engine_new(
 ///
 /// # Safety
 /// A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_engine_free(engine: *mut fairq_engine) {
     ffi_value!((), {
         // SAFETY: non-NULL pointers are live engines by the caller's contract; the tag check
@@ -172,7 +176,7 @@ pub unsafe extern "C" fn fairq_engine_free(engine: *mut fairq_engine) {
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_set_enabled(engine: *const fairq_engine, enabled: bool) -> i32 {
     ffi_status!({
         // SAFETY: NULL or a live engine, by contract.
@@ -186,7 +190,7 @@ pub unsafe extern "C" fn fairq_set_enabled(engine: *const fairq_engine, enabled:
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `enabled` must be NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_is_enabled(engine: *const fairq_engine, enabled: *mut bool) -> i32 {
     ffi_status!({
         // SAFETY: NULL or a live engine, by contract.
@@ -206,7 +210,7 @@ pub unsafe extern "C" fn fairq_is_enabled(engine: *const fairq_engine, enabled: 
 ///
 /// # Safety
 /// `raw` must be valid for reads of `len` bytes; `key_out` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_tenant_key(
     raw: *const c_char,
     len: usize,
@@ -234,7 +238,7 @@ pub unsafe extern "C" fn fairq_tenant_key(
 /// # Safety
 /// `engine` must be NULL or a live engine; `identity` must point to a `fairq_identity` whose
 /// non-NULL strings are readable for their lengths; the out-pointers must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_resolve_tenant(
     engine: *const fairq_engine,
     identity: *const fairq_identity,
@@ -282,7 +286,7 @@ pub unsafe extern "C" fn fairq_resolve_tenant(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `raw` must be valid for reads of `len` bytes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_set_weight(
     engine: *const fairq_engine,
     raw: *const c_char,
@@ -308,7 +312,7 @@ pub unsafe extern "C" fn fairq_set_weight(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_set_weight_key(
     engine: *const fairq_engine,
     tenant_key: u64,
@@ -334,7 +338,7 @@ pub unsafe extern "C" fn fairq_set_weight_key(
 /// # Safety
 /// `engine` must be NULL or a live engine; `entries` must be valid for reads of `count`
 /// entries.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_replace_weights(
     engine: *const fairq_engine,
     entries: *const fairq_weight_entry,
@@ -370,7 +374,7 @@ pub unsafe extern "C" fn fairq_replace_weights(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `weight_out` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_weight_of(
     engine: *const fairq_engine,
     tenant_key: u64,
@@ -392,7 +396,7 @@ pub unsafe extern "C" fn fairq_weight_of(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; both out-pointers must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_tenant_granted(
     engine: *const fairq_engine,
     tenant_key: u64,
@@ -422,7 +426,7 @@ pub unsafe extern "C" fn fairq_tenant_granted(
 ///
 /// # Safety
 /// As `fairq_enqueue_at`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_enqueue(
     engine: *const fairq_engine,
     request: *const fairq_request,
@@ -443,7 +447,7 @@ pub unsafe extern "C" fn fairq_enqueue(
 /// # Safety
 /// `engine` must be NULL or a live engine; `request` must point to an initialised
 /// `fairq_request`; `result` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_enqueue_at(
     engine: *const fairq_engine,
     request: *const fairq_request,
@@ -484,7 +488,7 @@ pub unsafe extern "C" fn fairq_enqueue_at(
 ///
 /// # Safety
 /// As `fairq_next_grant_at`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_next_grant(
     engine: *const fairq_engine,
     grant: *mut fairq_grant,
@@ -506,7 +510,7 @@ pub unsafe extern "C" fn fairq_next_grant(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `grant` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_next_grant_at(
     engine: *const fairq_engine,
     now_ns: u64,
@@ -533,7 +537,7 @@ pub unsafe extern "C" fn fairq_next_grant_at(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `wakeup_out` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_next_wakeup_ns(
     engine: *const fairq_engine,
     wakeup_out: *mut u64,
@@ -591,7 +595,7 @@ unsafe fn complete(
 ///
 /// # Safety
 /// As `fairq_complete_at`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_complete(
     engine: *const fairq_engine,
     ticket: u64,
@@ -626,7 +630,7 @@ pub unsafe extern "C" fn fairq_complete(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `completion` must be NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_complete_at(
     engine: *const fairq_engine,
     ticket: u64,
@@ -653,7 +657,7 @@ pub unsafe extern "C" fn fairq_complete_at(
 ///
 /// # Safety
 /// As `fairq_complete_with_cost_at`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_complete_with_cost(
     engine: *const fairq_engine,
     ticket: u64,
@@ -685,7 +689,7 @@ pub unsafe extern "C" fn fairq_complete_with_cost(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `completion` must be NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_complete_with_cost_at(
     engine: *const fairq_engine,
     ticket: u64,
@@ -714,7 +718,7 @@ pub unsafe extern "C" fn fairq_complete_with_cost_at(
 ///
 /// # Safety
 /// As `fairq_cancel_at`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_cancel(engine: *const fairq_engine, ticket: u64) -> i32 {
     ffi_status!({
         let now = crate::clock::now_ns();
@@ -728,7 +732,7 @@ pub unsafe extern "C" fn fairq_cancel(engine: *const fairq_engine, ticket: u64) 
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_cancel_at(
     engine: *const fairq_engine,
     ticket: u64,
@@ -750,7 +754,7 @@ pub unsafe extern "C" fn fairq_cancel_at(
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `stats` must be writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_get_stats(
     engine: *const fairq_engine,
     stats: *mut fairq_stats,
@@ -774,7 +778,7 @@ pub unsafe extern "C" fn fairq_get_stats(
 /// # Safety
 /// `engine` must be NULL or a live engine; a non-NULL `buf` must be valid for writes of `len`
 /// bytes; `needed` must be NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn fairq_metrics_prometheus(
     engine: *const fairq_engine,
     buf: *mut c_char,

@@ -161,7 +161,7 @@ fn dimension_name(dimension: u32) -> &'static CStr {
 
 /// The name of a status code, e.g. `"FAIRQ_ERR_NULL"`; `"FAIRQ_UNKNOWN_STATUS"` for any other
 /// number. The string is static: never free it.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn fairq_status_str(status: i32) -> *const c_char {
     ffi_value!(c"FAIRQ_UNKNOWN_STATUS".as_ptr(), {
         status_name(status).as_ptr()
@@ -170,14 +170,14 @@ pub extern "C" fn fairq_status_str(status: i32) -> *const c_char {
 
 /// The snake_case name of a refusal reason, as used in metrics (`"queue_full"`, ...); `"none"`
 /// for 0 and `"unknown"` for any other number. The string is static: never free it.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn fairq_reason_str(reason: u32) -> *const c_char {
     ffi_value!(c"unknown".as_ptr(), { reason_name(reason).as_ptr() })
 }
 
 /// The snake_case name of a dimension (`"user"`, `"api_key"`, ...); `"unknown"` for any other
 /// number. The string is static: never free it.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn fairq_dimension_str(dimension: u32) -> *const c_char {
     ffi_value!(c"unknown".as_ptr(), { dimension_name(dimension).as_ptr() })
 }

@@ -87,6 +87,7 @@ impl fairq_config {
             tenant_dimension,
             tenant_idle_ms: self.tenant_idle_ms,
             max_weight_classes: self.max_weight_classes,
+            ..Config::default()
         };
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
