@@ -1,0 +1,128 @@
+//! `fairq bench`: grants per second of the engine on this machine, self-contained.
+//!
+//! Every tenant is kept backlogged: each cycle takes a grant (`next_grant`), completes it
+//! (`complete`) and enqueues a new request for the tenant just served (`enqueue`), so the queues
+//! never drain and every pick runs the full weighted scheduler. Weights cycle through the tiers
+//! 8, 4, 2, 1. The clock is read once per cycle. With several threads, all share one engine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey};
+
+/// One measurement.
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    /// Threads sharing the engine.
+    pub threads: usize,
+    /// Backlogged tenants.
+    pub tenants: u32,
+    /// Grants per second, all threads together.
+    pub grants_per_s: f64,
+    /// Wall ns per cycle on each thread.
+    pub ns_per_cycle: f64,
+}
+
+const TIERS: [u32; 4] = [8, 4, 2, 1];
+const DEPTH: u32 = 2;
+
+fn engine(tenants: u32, threads: usize) -> Result<(Engine, Vec<TenantKey>), String> {
+    let engine = Engine::new(Config {
+        enabled: true,
+        max_tenants: (tenants * 2).max(64),
+        tenant_queue_capacity: DEPTH + 2,
+        queue_capacity: tenants * (DEPTH + 2),
+        max_in_flight: (threads as u32 * 2).max(8),
+        max_wait_ms: 3_600_000,
+        ..Config::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut keys = Vec::with_capacity(tenants as usize);
+    for i in 0..tenants {
+        let raw = format!("bench-{i}");
+        engine
+            .set_weight(&raw, TIERS[i as usize % TIERS.len()])
+            .map_err(|e| e.to_string())?;
+        keys.push(TenantKey::from_raw(raw.as_bytes()));
+    }
+    let now = fairq::now_ns();
+    for (i, &key) in keys.iter().enumerate() {
+        for _ in 0..DEPTH {
+            let request = Request {
+                user_data: i as u64,
+                ..Request::new(key, Dimension::User)
+            };
+            match engine.enqueue_at(&request, now) {
+                Ok(Enqueued::Queued { .. }) => {}
+                other => return Err(format!("prefill refused: {other:?}")),
+            }
+        }
+    }
+    Ok((engine, keys))
+}
+
+/// Measures `threads` threads over `tenants` backlogged tenants for about `run`.
+pub fn measure(threads: usize, tenants: u32, run: Duration) -> Result<Measurement, String> {
+    let (engine, keys) = engine(tenants, threads)?;
+    let engine = Arc::new(engine);
+    let keys = Arc::new(keys);
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, keys, stop, barrier) =
+                (engine.clone(), keys.clone(), stop.clone(), barrier.clone());
+            std::thread::spawn(move || -> Result<(u64, Duration), String> {
+                barrier.wait();
+                let started = Instant::now();
+                let mut cycles = 0u64;
+                // Relaxed: a stop flag; nothing is published through it.
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        let now = fairq::now_ns();
+                        match engine.next_grant_at(now) {
+                            NextGrant::Granted(grant) => {
+                                engine
+                                    .complete_at(grant.ticket, Outcome::Admitted, None, now)
+                                    .map_err(|e| e.to_string())?;
+                                let request = Request {
+                                    user_data: grant.user_data,
+                                    ..Request::new(keys[grant.user_data as usize], Dimension::User)
+                                };
+                                engine
+                                    .enqueue_at(&request, now)
+                                    .map_err(|e| e.to_string())?;
+                                cycles += 1;
+                            }
+                            NextGrant::Expired(e) => return Err(format!("expired: {e:?}")),
+                            // The other thread holds the only ready tenant for a moment.
+                            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
+                        }
+                    }
+                }
+                Ok((cycles, started.elapsed()))
+            })
+        })
+        .collect();
+    barrier.wait();
+    std::thread::sleep(run);
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0u64;
+    let mut per_thread_ns = 0.0;
+    let mut longest = Duration::ZERO;
+    for w in workers {
+        let (cycles, took) = w
+            .join()
+            .map_err(|_| "bench thread panicked".to_string())??;
+        total += cycles;
+        per_thread_ns += took.as_nanos() as f64 / cycles.max(1) as f64;
+        longest = longest.max(took);
+    }
+    Ok(Measurement {
+        threads,
+        tenants,
+        grants_per_s: total as f64 / longest.as_secs_f64().max(1e-9),
+        ns_per_cycle: per_thread_ns / threads as f64,
+    })
+}

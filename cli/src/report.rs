@@ -1,0 +1,429 @@
+//! The simulation's outputs: the per-tenant tables, the verdict lines against seed 003's
+//! thresholds, and the `--json` document.
+
+use std::fmt::Write as _;
+
+use fairq::Reason;
+use serde_json::{json, Value};
+
+use crate::scenario::Scenario;
+use crate::sim::{percentile_us, RowResult, RunResult};
+use crate::trace::SEC;
+
+/// Seed 003: a 10-minute moving average of fair_share_ratio under this is unfair.
+pub const FAIR_SHARE_ALERT: f64 = 0.7;
+/// Seed 003: a starvation window longer than this (ns) needs recovery first.
+pub const STARVATION_ALERT_NS: u64 = 30 * SEC;
+/// Seed 003: one tenant over this share of throughput…
+pub const DOMINANCE_SHARE: f64 = 0.4;
+/// …while another tenant's p95 rises by more than this factor…
+pub const P95_RISE_FACTOR: f64 = 1.2;
+/// …and by at least this much (ms), so that sub-millisecond noise is not called a rise.
+pub const P95_RISE_FLOOR_MS: f64 = 1.0;
+/// Seed 003: refusal rates further apart than this (percentage points) call for re-tuning.
+pub const REFUSAL_SPREAD_PP: f64 = 15.0;
+
+const REASONS: [(Reason, &str); 5] = [
+    (Reason::QueueFull, "q_full"),
+    (Reason::TenantQueueFull, "tq_full"),
+    (Reason::TenantTableFull, "tbl_full"),
+    (Reason::WaitExceedsBudget, "no_fit"),
+    (Reason::DeadlineExceeded, "expired"),
+];
+
+fn ms(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// A one-line description of the scenario's backend and load.
+pub fn header(scenario: &Scenario, tenants: u64) -> String {
+    let service = &scenario.backend.service;
+    let dist = match service {
+        crate::scenario::Service::Constant { .. } => "constant",
+        crate::scenario::Service::Exponential { .. } => "exponential",
+        crate::scenario::Service::Lognormal { .. } => "lognormal",
+    };
+    format!(
+        "scenario {}: {:.0} s virtual, {} tenants in {} rows, {} slots x {} {} ms service \
+         ({:.0} req/s), queue {} / tenant {} / table {}, budget {} ms",
+        scenario.name,
+        scenario.duration_s,
+        tenants,
+        scenario.tenants.len(),
+        scenario.backend.max_in_flight,
+        dist,
+        service.mean_ms(),
+        scenario.capacity_per_s(),
+        scenario.queue.queue_capacity,
+        scenario.queue.tenant_queue_capacity,
+        scenario.queue.max_tenants,
+        scenario.queue.max_wait_ms,
+    )
+}
+
+/// The per-tenant table of one scheduler.
+pub fn table(run: &RunResult) -> String {
+    let name_width = run
+        .rows
+        .iter()
+        .map(|r| r.name.len() + if r.count > 1 { 8 } else { 0 })
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = String::new();
+    let granted: u64 = run.rows.iter().map(|r| r.granted).sum();
+    let offered: u64 = run.rows.iter().map(|r| r.offered).sum();
+    let _ = writeln!(
+        out,
+        "== {}: {} offered, {} granted ({:.1}%), {} events in {:.2} s wall",
+        run.name,
+        offered,
+        granted,
+        100.0 * granted as f64 / offered.max(1) as f64,
+        run.events,
+        run.wall.as_secs_f64()
+    );
+    let _ = write!(
+        out,
+        "{:<name_width$} {:>4} {:>9} {:>9}",
+        "tenant", "w", "offered", "granted"
+    );
+    for (_, label) in REASONS {
+        let _ = write!(out, " {label:>8}");
+    }
+    let _ = writeln!(
+        out,
+        " {:>8} {:>8} {:>8} {:>10} {:>9}",
+        "p50 ms", "p95 ms", "p99 ms", "fair_share", "starve s"
+    );
+    for row in &run.rows {
+        let label = if row.count > 1 {
+            format!("{} (x{})", row.name, row.count)
+        } else {
+            row.name.clone()
+        };
+        let _ = write!(
+            out,
+            "{label:<name_width$} {:>4} {:>9} {:>9}",
+            row.weight, row.offered, row.granted
+        );
+        for (reason, _) in REASONS {
+            let _ = write!(out, " {:>8}", row.refused_for(reason));
+        }
+        let _ = writeln!(
+            out,
+            " {:>8} {:>8} {:>8} {:>10} {:>9.2}",
+            ms(row.wait_percentile_ms(0.50)),
+            ms(row.wait_percentile_ms(0.95)),
+            ms(row.wait_percentile_ms(0.99)),
+            row.fair_share_ratio()
+                .map_or("-".into(), |r| format!("{r:.3}")),
+            row.max_starvation_ns as f64 / SEC as f64,
+        );
+    }
+    out
+}
+
+/// The legend printed once under the tables.
+pub const LEGEND: &str = "\
+refusals: q_full = queue_full (global bound), tq_full = tenant_queue_full, tbl_full = \
+tenant_table_full,\n  no_fit = wait_exceeds_budget, expired = deadline_exceeded (budget ran out \
+while queued).\nwait = arrival to grant, granted requests only. fair_share = granted / weighted \
+max-min fair share\n  of the capacity actually granted, per 10 s window, summed. starve = longest \
+time with a ready\n  waiter and no grant. Definitions: cli/README section in README.md \
+(R16).";
+
+/// One verdict line.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// Whether the threshold was crossed.
+    pub alert: bool,
+    /// The line, without the status word.
+    pub text: String,
+}
+
+impl Verdict {
+    /// `ALERT` or `ok`, then the text.
+    pub fn line(&self) -> String {
+        format!(
+            "{:<5} {}",
+            if self.alert { "ALERT" } else { "ok" },
+            self.text
+        )
+    }
+}
+
+fn mmss(ns: u64) -> String {
+    let s = ns / SEC;
+    format!("{:02}:{:02}", s / 60, s % 60)
+}
+
+/// The lowest 10-minute moving fair_share_ratio of a row: (ratio, window start ns).
+pub fn min_moving_fair_share(row: &RowResult, window_ns: u64) -> Option<(f64, u64)> {
+    let k = ((600 * SEC) / window_ns).max(1) as usize;
+    let k = k.min(row.windows.len()).max(1);
+    let mut best: Option<(f64, u64)> = None;
+    let (mut g, mut e) = (0.0, 0.0);
+    for (i, &(wg, we)) in row.windows.iter().enumerate() {
+        g += wg;
+        e += we;
+        if i >= k {
+            g -= row.windows[i - k].0;
+            e -= row.windows[i - k].1;
+        }
+        // Judge full spans only, and only where at least a few requests were expected.
+        if i + 1 >= k && e >= 10.0 {
+            let ratio = g / e;
+            let start = (i + 1 - k) as u64 * window_ns;
+            if best.is_none_or(|(b, _)| ratio < b) {
+                best = Some((ratio, start));
+            }
+        }
+    }
+    best
+}
+
+/// The verdict lines of one run against seed 003's thresholds.
+pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
+    let mut out = Vec::new();
+
+    // 1. fair_share_ratio, 10-minute moving average, under 0.7.
+    let mut worst: Vec<(String, f64, u64)> = run
+        .rows
+        .iter()
+        .filter_map(|r| {
+            min_moving_fair_share(r, run.window_ns).map(|(v, at)| (r.name.clone(), v, at))
+        })
+        .collect();
+    worst.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let bad: Vec<String> = worst
+        .iter()
+        .filter(|w| w.1 < FAIR_SHARE_ALERT)
+        .map(|(n, v, at)| format!("{n} {v:.2} from {}", mmss(*at)))
+        .collect();
+    out.push(Verdict {
+        alert: !bad.is_empty(),
+        text: if bad.is_empty() {
+            format!(
+                "fair_share_ratio (10-min moving) >= {FAIR_SHARE_ALERT} for every tenant; \
+                 lowest {}",
+                worst
+                    .first()
+                    .map_or("-".into(), |(n, v, _)| format!("{n} {v:.2}"))
+            )
+        } else {
+            format!(
+                "fair_share_ratio (10-min moving) < {FAIR_SHARE_ALERT}: {}",
+                bad.join(", ")
+            )
+        },
+    });
+
+    // 2. starvation over 30 s.
+    let longest = run
+        .rows
+        .iter()
+        .max_by_key(|r| r.max_starvation_ns)
+        .expect("at least one row");
+    let starved: Vec<String> = run
+        .rows
+        .iter()
+        .filter(|r| r.max_starvation_ns > STARVATION_ALERT_NS)
+        .map(|r| {
+            format!(
+                "{} {:.1} s",
+                r.name,
+                r.max_starvation_ns as f64 / SEC as f64
+            )
+        })
+        .collect();
+    out.push(Verdict {
+        alert: !starved.is_empty(),
+        text: if starved.is_empty() {
+            format!(
+                "starvation_window <= 30 s for every tenant; longest {} {:.2} s",
+                longest.name,
+                longest.max_starvation_ns as f64 / SEC as f64
+            )
+        } else {
+            format!("starvation_window > 30 s: {}", starved.join(", "))
+        },
+    });
+
+    out.push(dominance(run));
+
+    // 4. refusal-rate spread over 15 pp.
+    let rates: Vec<(&RowResult, f64)> = run
+        .rows
+        .iter()
+        .filter(|r| r.offered > 0)
+        .map(|r| (r, 100.0 * r.refused_total() as f64 / r.offered as f64))
+        .collect();
+    let spread = |rates: &[(&RowResult, f64)]| -> Option<(f64, String, String)> {
+        let max = rates.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+        let min = rates.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some((
+            max.1 - min.1,
+            format!("{} {:.1}%", max.0.name, max.1),
+            format!("{} {:.1}%", min.0.name, min.1),
+        ))
+    };
+    let within: Vec<(&RowResult, f64)> = rates
+        .iter()
+        .filter(|(r, _)| r.fair_demand <= 1.05 * r.fair_expected)
+        .copied()
+        .collect();
+    if let Some((all, hi, lo)) = spread(&rates) {
+        let inside =
+            spread(&within).map_or("no tenant stayed within its share".into(), |(s, h, l)| {
+                format!(
+                    "among tenants that asked no more than their fair share: {s:.1} pp ({h}, {l})"
+                )
+            });
+        out.push(Verdict {
+            alert: all > REFUSAL_SPREAD_PP,
+            text: format!(
+                "refusal-rate spread {} {REFUSAL_SPREAD_PP} pp: {all:.1} pp ({hi}, {lo}); {inside}",
+                if all > REFUSAL_SPREAD_PP { ">" } else { "<=" }
+            ),
+        });
+    }
+    out
+}
+
+/// Seed 003's throttling trigger: one tenant over 40% of throughput while the others' p95 rises.
+///
+/// Per chart bucket, a row *dominates* when one of its tenants took over 40% of the bucket's
+/// grants (a group counts its average member). Another row's p95 *rises* when its p95 wait in
+/// the dominated buckets is over 1.2× and at least 1 ms above its p95 in the buckets nobody
+/// dominates.
+fn dominance(run: &RunResult) -> Verdict {
+    let buckets = run.rows[0].grants_by_bucket.len();
+    let totals: Vec<u64> = (0..buckets)
+        .map(|b| run.rows.iter().map(|r| r.grants_by_bucket[b]).sum())
+        .collect();
+    let dominates = |r: &RowResult, b: usize| {
+        totals[b] >= 20
+            && r.grants_by_bucket[b] as f64 / f64::from(r.count)
+                > DOMINANCE_SHARE * totals[b] as f64
+    };
+    let calm: Vec<usize> = (0..buckets)
+        .filter(|&b| totals[b] > 0 && !run.rows.iter().any(|r| dominates(r, b)))
+        .collect();
+    let p95_in = |r: &RowResult, set: &[usize]| -> Option<f64> {
+        let mut w: Vec<u32> = set
+            .iter()
+            .flat_map(|&b| r.waits[b].iter().copied())
+            .collect();
+        if w.len() < 20 {
+            return None;
+        }
+        percentile_us(&mut w, 0.95).map(|us| f64::from(us) / 1000.0)
+    };
+    let mut notes = Vec::new();
+    let mut alert = false;
+    for x in &run.rows {
+        let dom: Vec<usize> = (0..buckets).filter(|&b| dominates(x, b)).collect();
+        if dom.is_empty() {
+            continue;
+        }
+        let share = dom.iter().map(|&b| x.grants_by_bucket[b]).sum::<u64>() as f64
+            / dom.iter().map(|&b| totals[b]).sum::<u64>() as f64;
+        let span = format!(
+            "{} took {:.0}% of grants in {:.0} s",
+            x.name,
+            100.0 * share,
+            dom.len() as f64 * run.bucket_ns as f64 / SEC as f64
+        );
+        if calm.is_empty() {
+            notes.push(format!("{span}; no calm period to compare p95 with"));
+            continue;
+        }
+        let mut risen = Vec::new();
+        let mut worst: Option<(f64, String)> = None;
+        for y in run.rows.iter().filter(|y| y.name != x.name) {
+            let (Some(during), Some(calm_p95)) = (p95_in(y, &dom), p95_in(y, &calm)) else {
+                continue;
+            };
+            let factor = during / calm_p95.max(1e-3);
+            if during > P95_RISE_FACTOR * calm_p95 && during - calm_p95 >= P95_RISE_FLOOR_MS {
+                risen.push(format!(
+                    "{} p95 {} ms vs {} ms",
+                    y.name,
+                    ms(Some(during)),
+                    ms(Some(calm_p95))
+                ));
+            }
+            if worst.as_ref().is_none_or(|(f, _)| factor > *f) {
+                worst = Some((
+                    factor,
+                    format!(
+                        "{} {} ms vs {} ms",
+                        y.name,
+                        ms(Some(during)),
+                        ms(Some(calm_p95))
+                    ),
+                ));
+            }
+        }
+        if risen.is_empty() {
+            notes.push(format!(
+                "{span}; others' p95 held (largest change: {})",
+                worst.map_or("-".into(), |w| w.1)
+            ));
+        } else {
+            alert = true;
+            notes.push(format!(
+                "{span} while others' p95 rose: {}",
+                risen.join(", ")
+            ));
+        }
+    }
+    Verdict {
+        alert,
+        text: if notes.is_empty() {
+            format!(
+                "no tenant took over {:.0}% of throughput",
+                DOMINANCE_SHARE * 100.0
+            )
+        } else {
+            format!(
+                "one tenant > {:.0}% of throughput with others' p95 up > {P95_RISE_FACTOR}x: {}",
+                DOMINANCE_SHARE * 100.0,
+                notes.join("; ")
+            )
+        },
+    }
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (v * m).round() / m
+}
+
+/// The `--json` document: exactly the schema of issue 7.
+pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
+    json!({
+        "scenario": scenario.name,
+        "schedulers": runs.iter().map(|run| json!({
+            "name": run.name,
+            "tenants": run.rows.iter().map(|r| json!({
+                "id": r.name,
+                "weight": r.weight,
+                "offered": r.offered,
+                "granted": r.granted,
+                "refused": r.refused_total(),
+                "p50_wait_ms": r.wait_percentile_ms(0.50).map(|v| round(v, 3)),
+                "p95_wait_ms": r.wait_percentile_ms(0.95).map(|v| round(v, 3)),
+                "p99_wait_ms": r.wait_percentile_ms(0.99).map(|v| round(v, 3)),
+                "fair_share_ratio": r.fair_share_ratio().map(|v| round(v, 4)),
+                "max_starvation_ms": round(r.max_starvation_ns as f64 / 1e6, 3),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
