@@ -143,7 +143,10 @@ mod tests {
             Ok(FAIRQ_OK)
         });
         assert_eq!(status, FAIRQ_ERR_NULL);
-        let misaligned = 1usize as *const u64;
+        let misaligned = std::ptr::dangling::<u64>()
+            .cast::<u8>()
+            .wrapping_add(1)
+            .cast::<u64>();
         assert_eq!(required(misaligned), Err(FAIRQ_ERR_INVALID_ARGUMENT));
     }
 

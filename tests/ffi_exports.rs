@@ -1,0 +1,241 @@
+//! The shared library exports exactly the functions the header declares, the header's version
+//! macros match `Cargo.toml` and `fairq_version()`, and the C compiler sees the same struct
+//! layouts as Rust.
+
+use std::collections::BTreeSet;
+use std::ffi::CStr;
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fairq::ffi::*;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn header() -> String {
+    std::fs::read_to_string(root().join("include/fairq.h")).expect("include/fairq.h")
+}
+
+/// A library cargo built for this run (`target/<profile>/NAME`, or its `deps/` original).
+fn built_library(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    [dir.join(name), dir.join("deps").join(name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))
+}
+
+/// Function names declared in the header: identifiers `fairq_*` followed by `(` outside comments.
+fn declared_functions(header: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in header.lines() {
+        let code = line.trim_start();
+        if code.starts_with("//") || code.starts_with('*') || code.starts_with("/*") {
+            continue;
+        }
+        let mut rest = code;
+        while let Some(start) = rest.find("fairq_") {
+            let tail = &rest[start..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            if tail[end..].starts_with('(') {
+                names.insert(tail[..end].to_string());
+            }
+            rest = &tail[end..];
+        }
+    }
+    names
+}
+
+#[test]
+fn shared_library_exports_exactly_the_header_functions() {
+    let declared = declared_functions(&header());
+    assert!(
+        declared.len() >= 20,
+        "parsed too few functions: {declared:?}"
+    );
+    for fixed in [
+        "fairq_version",
+        "fairq_config_default",
+        "fairq_engine_new",
+        "fairq_engine_free",
+        "fairq_tenant_key",
+        "fairq_set_weight",
+        "fairq_enqueue",
+        "fairq_next_grant",
+        "fairq_complete",
+        "fairq_cancel",
+        "fairq_get_stats",
+        "fairq_metrics_prometheus",
+        "fairq_status_str",
+        "fairq_reason_str",
+    ] {
+        assert!(declared.contains(fixed), "header lacks {fixed}");
+    }
+
+    let so = built_library("libfairq.so");
+    let output = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(output.status.success(), "nm failed on {}", so.display());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let exported: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(str::to_string)
+        .collect();
+    let not_fairq: Vec<&String> = exported
+        .iter()
+        .filter(|s| !s.starts_with("fairq_"))
+        .collect();
+    assert!(not_fairq.is_empty(), "unexpected exports: {not_fairq:?}");
+    assert_eq!(exported, declared, "nm -D vs include/fairq.h");
+}
+
+#[test]
+fn version_macros_match_cargo_and_the_library() {
+    let header = header();
+    let define = |name: &str| -> String {
+        header
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        define("FAIRQ_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MAJOR")
+    );
+    assert_eq!(
+        define("FAIRQ_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_MINOR")
+    );
+    assert_eq!(
+        define("FAIRQ_VERSION_PATCH"),
+        env!("CARGO_PKG_VERSION_PATCH")
+    );
+    // SAFETY: fairq_version returns a static NUL-terminated string.
+    let version = unsafe { CStr::from_ptr(fairq_version()) }.to_str().unwrap();
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    let cargo_toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    assert!(cargo_toml.contains(&format!("version = \"{version}\"")));
+}
+
+#[test]
+fn header_promises_thread_safety_and_the_fixed_names() {
+    let header = header();
+    assert!(header.contains("EXCEPT fairq_engine_free"));
+    for name in [
+        "typedef struct fairq_engine fairq_engine;",
+        "typedef struct fairq_config {",
+        "typedef struct fairq_request {",
+        "typedef struct fairq_enqueue_result {",
+        "typedef struct fairq_grant {",
+        "typedef struct fairq_stats {",
+        "#define FAIRQ_ERR_NULL (-1)",
+        "#define FAIRQ_REASON_CANCELLED 9",
+        "#define FAIRQ_DIM_STORE 7",
+    ] {
+        assert!(header.contains(name), "header lacks `{name}`");
+    }
+}
+
+/// The C compiler's sizes and offsets equal Rust's, for every struct and a few fields each.
+#[test]
+fn c_struct_layouts_match_rust() {
+    let probe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("layout.c");
+    let program = r#"
+#include <stddef.h>
+#include <stdio.h>
+#include "fairq.h"
+#define S(t) printf(#t " %zu\n", sizeof(t))
+#define O(t, f) printf(#t "." #f " %zu\n", offsetof(t, f))
+int main(void) {
+    S(fairq_config); O(fairq_config, tenant_dimension); O(fairq_config, max_wait_ms);
+    O(fairq_config, tenant_idle_ms);
+    S(fairq_request); O(fairq_request, dimension); O(fairq_request, cost);
+    S(fairq_enqueue_result); O(fairq_enqueue_result, reason);
+    S(fairq_grant); O(fairq_grant, remaining_budget_ns); O(fairq_grant, reason);
+    S(fairq_completion); O(fairq_completion, reason);
+    S(fairq_stats); O(fairq_stats, refused);
+    S(fairq_identity); O(fairq_identity, team_is_placeholder);
+    S(fairq_weight_entry); O(fairq_weight_entry, weight);
+    return 0;
+}
+"#;
+    std::fs::write(&probe, program).unwrap();
+    let exe = probe.with_extension("bin");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let status = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(root().join("include"))
+        .arg(&probe)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run cc");
+    assert!(status.success());
+    let out = Command::new(&exe).output().expect("run layout probe");
+    let got = String::from_utf8_lossy(&out.stdout).into_owned();
+    let expected = [
+        ("fairq_config", size_of::<fairq_config>()),
+        (
+            "fairq_config.tenant_dimension",
+            offset_of!(fairq_config, tenant_dimension),
+        ),
+        (
+            "fairq_config.max_wait_ms",
+            offset_of!(fairq_config, max_wait_ms),
+        ),
+        (
+            "fairq_config.tenant_idle_ms",
+            offset_of!(fairq_config, tenant_idle_ms),
+        ),
+        ("fairq_request", size_of::<fairq_request>()),
+        (
+            "fairq_request.dimension",
+            offset_of!(fairq_request, dimension),
+        ),
+        ("fairq_request.cost", offset_of!(fairq_request, cost)),
+        ("fairq_enqueue_result", size_of::<fairq_enqueue_result>()),
+        (
+            "fairq_enqueue_result.reason",
+            offset_of!(fairq_enqueue_result, reason),
+        ),
+        ("fairq_grant", size_of::<fairq_grant>()),
+        (
+            "fairq_grant.remaining_budget_ns",
+            offset_of!(fairq_grant, remaining_budget_ns),
+        ),
+        ("fairq_grant.reason", offset_of!(fairq_grant, reason)),
+        ("fairq_completion", size_of::<fairq_completion>()),
+        (
+            "fairq_completion.reason",
+            offset_of!(fairq_completion, reason),
+        ),
+        ("fairq_stats", size_of::<fairq_stats>()),
+        ("fairq_stats.refused", offset_of!(fairq_stats, refused)),
+        ("fairq_identity", size_of::<fairq_identity>()),
+        (
+            "fairq_identity.team_is_placeholder",
+            offset_of!(fairq_identity, team_is_placeholder),
+        ),
+        ("fairq_weight_entry", size_of::<fairq_weight_entry>()),
+        (
+            "fairq_weight_entry.weight",
+            offset_of!(fairq_weight_entry, weight),
+        ),
+    ];
+    let want: String = expected.iter().map(|(n, v)| format!("{n} {v}\n")).collect();
+    assert_eq!(got, want);
+}
