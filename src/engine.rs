@@ -338,7 +338,7 @@ impl Engine {
             if let Some(c) = counted_in {
                 self.classes.leave(c);
             }
-            self.wheel.park(&self.tenants, t, not_before);
+            self.park(t, not_before, now);
             return;
         }
         // Ready, or dead (cancelled/expired): a granter sweeps dead heads on its turn.
@@ -349,6 +349,14 @@ impl Engine {
                 self.classes.make_ready(class, t);
             }
             None => self.classes.make_ready(class, t),
+        }
+    }
+
+    /// Parks a tenant whose turn the caller holds until its head's `not_before`.
+    fn park(&self, t: u32, not_before: u64, now: u64) {
+        if let Some(missed) = self.wheel.park(&self.tenants, t, not_before) {
+            self.wheel
+                .drain(&self.tenants, missed, |t| self.place(t, None, false, now));
         }
     }
 
@@ -475,7 +483,7 @@ impl Engine {
             }
             if not_before > now {
                 self.classes.leave(class);
-                self.wheel.park(&self.tenants, t, not_before);
+                self.park(t, not_before, now);
                 return Served::Nothing;
             }
             let mut credit = slot.credit.load(Ordering::Relaxed);

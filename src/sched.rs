@@ -258,8 +258,13 @@ impl Wheel {
     }
 
     /// Parks `tenant` until `not_before`. The caller holds the tenant's turn and gives it up.
-    pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) {
-        let cursor = self.cursor.load(Ordering::Acquire);
+    ///
+    /// Returns the tick of the bucket if a concurrent `advance` had already drained it when the
+    /// tenant landed there: the caller must then `drain` that bucket itself, or the tenant would
+    /// wait a whole revolution.
+    #[must_use]
+    pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) -> Option<u64> {
+        let cursor = self.cursor.load(Ordering::SeqCst);
         let tick = (not_before >> TICK_SHIFT).max(cursor + 1);
         let bucket = &self.buckets[(tick % BUCKETS) as usize];
         self.parked.fetch_add(1, Ordering::Relaxed);
@@ -267,11 +272,28 @@ impl Wheel {
         let mut head = bucket.load(Ordering::Relaxed);
         loop {
             slot.wheel_next.store(head, Ordering::Relaxed);
-            // Release: the link (and the slot's staged head) is visible to the drainer's swap.
-            match bucket.compare_exchange_weak(head, tenant, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
+            // SeqCst, not just Release (which makes the link and the staged head visible to the
+            // drainer's swap): it also orders this push before the cursor re-read below, against
+            // the drainer's cursor CAS before its swap (a store-load pair on each side).
+            match bucket.compare_exchange_weak(head, tenant, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
                 Err(seen) => head = seen,
             }
+        }
+        // SeqCst: see above. If the cursor has passed our tick, the drain may have missed us.
+        (self.cursor.load(Ordering::SeqCst) >= tick).then_some(tick)
+    }
+
+    /// Drains the bucket of `tick` now, calling `wake` for each tenant in it (entries for later
+    /// revolutions are woken too; `wake` re-parks what is not ready).
+    pub(crate) fn drain(&self, tenants: &TenantTable, tick: u64, mut wake: impl FnMut(u32)) {
+        // SeqCst: pairs with the parkers' SeqCst push; their links are visible.
+        let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::SeqCst);
+        while tenant != NIL {
+            let next = tenants.slot(tenant).wheel_next.load(Ordering::Relaxed);
+            self.parked.fetch_sub(1, Ordering::Relaxed);
+            wake(tenant);
+            tenant = next;
         }
     }
 
@@ -282,28 +304,24 @@ impl Wheel {
             return;
         }
         let target = now >> TICK_SHIFT;
-        let from = self.cursor.load(Ordering::Acquire);
+        // Relaxed: a hint; the CAS below decides.
+        let from = self.cursor.load(Ordering::Relaxed);
         if target <= from {
             return;
         }
-        // AcqRel: one winner per advance; parkers that read the new cursor park beyond it.
+        // SeqCst: one winner per advance. A parker either reads the new cursor (and parks
+        // beyond it), or its push is ordered before our swap, or it sees the cursor passed its
+        // tick and drains the bucket itself (see `park`).
         if self
             .cursor
-            .compare_exchange(from, target, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(from, target, Ordering::SeqCst, Ordering::Relaxed)
             .is_err()
         {
             return;
         }
         let last = target.min(from + BUCKETS);
         for tick in from + 1..=last {
-            // Acquire: pairs with the parkers' Release CAS; their links are visible.
-            let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::AcqRel);
-            while tenant != NIL {
-                let next = tenants.slot(tenant).wheel_next.load(Ordering::Relaxed);
-                self.parked.fetch_sub(1, Ordering::Relaxed);
-                wake(tenant);
-                tenant = next;
-            }
+            self.drain(tenants, tick, &mut wake);
         }
     }
 
