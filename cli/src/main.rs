@@ -204,6 +204,9 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, String> {
         );
     } else {
         println!("{}", report::header(&scenario, trace.tenants.len() as u64));
+        if !scenario.description.is_empty() {
+            println!("{}", scenario.description);
+        }
         println!(
             "{} arrivals in the trace, replayed identically through every scheduler",
             trace.arrivals.len()

@@ -98,8 +98,8 @@ pub fn table(run: &RunResult) -> String {
     }
     let _ = writeln!(
         out,
-        " {:>8} {:>8} {:>8} {:>10} {:>9}",
-        "p50 ms", "p95 ms", "p99 ms", "fair_share", "starve s"
+        " {:>8} {:>8} {:>8} {:>10} {:>8} {:>9}",
+        "p50 ms", "p95 ms", "p99 ms", "fair_share", "backlog", "starve s"
     );
     for row in &run.rows {
         let label = if row.count > 1 {
@@ -117,12 +117,13 @@ pub fn table(run: &RunResult) -> String {
         }
         let _ = writeln!(
             out,
-            " {:>8} {:>8} {:>8} {:>10} {:>9.2}",
+            " {:>8} {:>8} {:>8} {:>10} {:>7.0}% {:>9.2}",
             ms(row.wait_percentile_ms(0.50)),
             ms(row.wait_percentile_ms(0.95)),
             ms(row.wait_percentile_ms(0.99)),
             row.fair_share_ratio()
                 .map_or("-".into(), |r| format!("{r:.3}")),
+            100.0 * row.backlogged_windows as f64 / row.active_windows.max(1) as f64,
             row.max_starvation_ns as f64 / SEC as f64,
         );
     }
@@ -134,9 +135,9 @@ pub const LEGEND: &str = "\
 refusals: q_full = queue_full (global bound), tq_full = tenant_queue_full, tbl_full = \
 tenant_table_full,\n  no_fit = wait_exceeds_budget, expired = deadline_exceeded (budget ran out \
 while queued).\nwait = arrival to grant, granted requests only. fair_share = granted / weighted \
-max-min fair share\n  of the capacity actually granted, per 10 s window, summed. starve = longest \
-time with a ready\n  waiter and no grant. Definitions: cli/README section in README.md \
-(R16).";
+max-min fair share\n  of the capacity actually granted, per window (10 s by default), summed. backlog = share \
+of those windows in which\n  the tenant asked for more than its fair share. starve = longest time \
+with a ready waiter and no grant.\n  Definitions: README.md, \"Fairness measures\" (R16).";
 
 /// One verdict line.
 #[derive(Clone, Debug)]

@@ -178,9 +178,6 @@ pub struct TenantGroup {
     /// Client retries after a refusal.
     #[serde(default)]
     pub retry: Option<Retry>,
-    /// Marks the tenants a noisy-neighbour test treats as the aggressor.
-    #[serde(default)]
-    pub aggressor: bool,
 }
 
 fn one() -> u32 {
@@ -516,7 +513,10 @@ mod tests {
     fn builtin_parses() {
         let s = Scenario::builtin();
         assert_eq!(s.name, "noisy-neighbour");
-        assert!(s.tenants.iter().any(|g| g.aggressor));
+        assert!(s
+            .tenants
+            .iter()
+            .any(|g| g.name == "burster" && !g.bursts.is_empty()));
     }
 
     #[test]

@@ -380,11 +380,6 @@ impl Fairq {
             owner: Vec::new(),
         }
     }
-
-    /// The engine, for its stats.
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
 }
 
 impl Scheduler for Fairq {

@@ -94,8 +94,6 @@ pub struct RowResult {
     pub weight: u32,
     /// Members.
     pub count: u32,
-    /// Marked as the aggressor in the scenario.
-    pub aggressor: bool,
     /// Requests offered (every attempt, retries included).
     pub offered: u64,
     /// Requests granted.
@@ -136,11 +134,6 @@ impl RowResult {
     /// fair_share_ratio over the whole run; `None` when nothing was expected.
     pub fn fair_share_ratio(&self) -> Option<f64> {
         (self.fair_expected > 0.0).then(|| self.fair_granted / self.fair_expected)
-    }
-
-    /// Whether the row asked for more than its fair share in some window.
-    pub fn backlogged(&self) -> bool {
-        self.backlogged_windows > 0
     }
 
     /// The wait percentile `p` (0..=1) over the whole run, ms.
@@ -282,7 +275,6 @@ impl<'a> Sim<'a> {
                 name: r.name.clone(),
                 weight: r.weight,
                 count: r.count,
-                aggressor: r.aggressor,
                 offered: 0,
                 granted: 0,
                 refused: [0; 9],

@@ -55,8 +55,6 @@ pub struct Row {
     pub weight: u32,
     /// Members.
     pub count: u32,
-    /// The scenario marks it as the aggressor (burster, flood).
-    pub aggressor: bool,
 }
 
 /// The trace of a scenario.
@@ -153,7 +151,6 @@ impl Trace {
                 name: group.name.clone(),
                 weight: group.weight,
                 count: group.count,
-                aggressor: group.aggressor,
             });
             let share = scenario.fair_share_per_s(group);
             // Piecewise-constant rate: the steady rate, replaced during each burst.

@@ -1,0 +1,363 @@
+//! Runs the real `fairq` binary on a short noisy-neighbour scenario (3 virtual minutes, the
+//! burst and flood in proportion) and checks what issue 7 asks the simulation to show.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fairq");
+const SHORT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/scenarios/noisy-short.toml"
+);
+const VICTIMS: [&str; 4] = ["enterprise", "pro", "starter", "free"];
+
+fn fairq(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the fairq binary runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+fn json_run(extra: &[&str]) -> Value {
+    let mut args = vec!["simulate", "--scenario", SHORT, "--json", "--no-chart"];
+    args.extend_from_slice(extra);
+    let out = fairq(&args);
+    assert!(
+        out.status.success(),
+        "fairq {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("--json prints one JSON document")
+}
+
+/// The short scenario with the burster, and the same trace without it (run once, shared).
+fn runs() -> &'static (Value, Value) {
+    static RUNS: OnceLock<(Value, Value)> = OnceLock::new();
+    RUNS.get_or_init(|| (json_run(&[]), json_run(&["--without", "burster"])))
+}
+
+fn tenant<'a>(doc: &'a Value, scheduler: &str, id: &str) -> &'a Value {
+    doc["schedulers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == scheduler)
+        .unwrap_or_else(|| panic!("scheduler {scheduler} in the report"))["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap_or_else(|| panic!("tenant {id} under {scheduler}"))
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is a number in {v}"))
+}
+
+#[test]
+fn json_has_exactly_the_schema_of_issue_7() {
+    let (doc, _) = runs();
+    let keys = |v: &Value| -> BTreeSet<String> { v.as_object().unwrap().keys().cloned().collect() };
+    assert_eq!(
+        keys(doc),
+        ["scenario", "schedulers"].map(String::from).into()
+    );
+    assert_eq!(doc["scenario"], "noisy-neighbour-short");
+    let names: Vec<&str> = doc["schedulers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fifo", "drr", "fairq"]);
+    let tenant_keys: BTreeSet<String> = [
+        "id",
+        "weight",
+        "offered",
+        "granted",
+        "refused",
+        "p50_wait_ms",
+        "p95_wait_ms",
+        "p99_wait_ms",
+        "fair_share_ratio",
+        "max_starvation_ms",
+    ]
+    .map(String::from)
+    .into();
+    for s in doc["schedulers"].as_array().unwrap() {
+        assert_eq!(keys(s), ["name", "tenants"].map(String::from).into());
+        let tenants = s["tenants"].as_array().unwrap();
+        assert_eq!(tenants.len(), 6);
+        for t in tenants {
+            assert_eq!(keys(t), tenant_keys);
+            // Conservation: nothing offered is both granted and refused; the rest is still
+            // queued or in flight at the end of the run (a few at most).
+            let (offered, granted, refused) = (
+                t["offered"].as_u64().unwrap(),
+                t["granted"].as_u64().unwrap(),
+                t["refused"].as_u64().unwrap(),
+            );
+            assert!(granted + refused <= offered, "{t}");
+            assert!(offered - granted - refused <= 64 + 8, "{t}");
+        }
+    }
+}
+
+#[test]
+fn under_fairq_every_tenant_gets_at_least_95_percent_of_its_fair_share() {
+    // Backlogged tenants (the burster during its burst, the flood) and the others alike.
+    let (doc, _) = runs();
+    for id in VICTIMS.iter().chain(&["burster", "flood"]) {
+        let ratio = num(tenant(doc, "fairq", id), "fair_share_ratio");
+        assert!(ratio >= 0.95, "fairq: {id} fair_share_ratio {ratio}");
+    }
+}
+
+#[test]
+fn under_fifo_the_victims_wait_far_longer_than_under_fairq() {
+    let (doc, _) = runs();
+    for id in VICTIMS {
+        let fifo = tenant(doc, "fifo", id);
+        let fairq = tenant(doc, "fairq", id);
+        let (fifo_p95, fairq_p95) = (num(fifo, "p95_wait_ms"), num(fairq, "p95_wait_ms"));
+        // The burst fills the single queue: every victim waits behind it for seconds, and some
+        // are refused outright (queue_full). fairq refuses none of them.
+        assert!(fifo_p95 >= 1000.0, "fifo: {id} p95 {fifo_p95} ms");
+        assert!(
+            fifo_p95 >= 50.0 * fairq_p95,
+            "{id}: fifo p95 {fifo_p95} ms vs fairq {fairq_p95} ms"
+        );
+        assert!(
+            fifo["refused"].as_u64().unwrap() > 0,
+            "fifo refuses {id}: {fifo}"
+        );
+        assert_eq!(
+            fairq["refused"].as_u64().unwrap(),
+            0,
+            "fairq refuses {id}: {fairq}"
+        );
+        let ratio = num(fifo, "fair_share_ratio");
+        assert!(ratio < 0.95, "fifo: {id} fair_share_ratio {ratio}");
+    }
+}
+
+#[test]
+fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
+    // What the engine does achieve: the burster saturates the backend for 30 s, and every other
+    // tenant's p95 stays within 25 ms (two and a half mean service times) of its p95 in the run
+    // without the burster. The bound is a regression guard measured on this scenario (the worst
+    // victim, free at weight 1, rises by about 13 ms), not a derived limit. See the ignored test
+    // below for the 1.2x target the issue sets, which no work-conserving scheduler meets here.
+    let (with, without) = runs();
+    for id in VICTIMS {
+        let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
+        let base = num(tenant(without, "fairq", id), "p95_wait_ms");
+        assert!(
+            p95 <= base + 25.0,
+            "fairq: {id} p95 {p95} ms, without the burster {base} ms"
+        );
+        let starved = num(tenant(with, "fairq", id), "max_starvation_ms");
+        assert!(starved < 1000.0, "fairq: {id} starved {starved} ms");
+    }
+}
+
+#[test]
+#[ignore = "not met: with the backend saturated by the burster a victim always waits for a slot \
+            to free and for its weighted turn, while without the burster it finds a free slot \
+            (p95 0 ms); see README, 'What the simulation shows'"]
+fn under_fairq_victims_p95_within_1_2x_of_the_run_without_the_burster() {
+    let (with, without) = runs();
+    let mut failures = Vec::new();
+    for id in VICTIMS {
+        let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
+        let base = num(tenant(without, "fairq", id), "p95_wait_ms");
+        if p95 > 1.2 * base {
+            failures.push(format!(
+                "{id}: p95 {p95} ms vs {base} ms without the burster"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+#[test]
+fn svg_is_valid_xml_with_one_panel_per_scheduler() {
+    let path = tmp("report-short.svg");
+    let _ = std::fs::remove_file(&path);
+    let out = fairq(&[
+        "simulate",
+        "--scenario",
+        SHORT,
+        "--chart",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "== fifo:",
+        "== drr:",
+        "== fairq:",
+        "fair_share_ratio",
+        "starvation_window",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "table output lacks {line:?}:\n{stdout}"
+        );
+    }
+    let svg = std::fs::read_to_string(&path).expect("the chart is written");
+    let doc = roxmltree::Document::parse(&svg).expect("the chart is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(|t| t.trim().to_string())
+        .collect();
+    for scheduler in ["fifo", "drr", "fairq"] {
+        let caption = format!("{scheduler} - p95 wait (ms, log scale)");
+        let panels = texts.iter().filter(|t| **t == caption).count();
+        assert_eq!(panels, 1, "one panel captioned {caption:?}");
+    }
+    // Every panel draws one line per tenant row.
+    let lines = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .count();
+    assert!(lines >= 3 * 6, "{lines} polylines");
+}
+
+#[test]
+fn a_bad_scenario_is_refused_with_its_line_and_field() {
+    let path = tmp("bad-weight.toml");
+    let text = std::fs::read_to_string(SHORT)
+        .unwrap()
+        .replacen("weight = 2\n", "weight = 0\n", 1);
+    std::fs::write(&path, &text).unwrap();
+    let line = text.lines().position(|l| l == "weight = 0").unwrap() + 1;
+    let out = fairq(&[
+        "simulate",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--no-chart",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("bad-weight.toml:{line}:")), "{err}");
+    assert!(err.contains("weight"), "{err}");
+    assert!(err.contains("1..=10000"), "{err}");
+
+    let path = tmp("bad-field.toml");
+    std::fs::write(&path, "name = \"x\"\nduration_s = 10\nslots = 3\n").unwrap();
+    let out = fairq(&[
+        "simulate",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--no-chart",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad-field.toml:3:"), "{err}");
+    assert!(err.contains("slots"), "{err}");
+}
+
+#[test]
+fn every_example_scenario_runs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scenarios");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            // A few virtual seconds each: this checks that the file parses and runs end to end.
+            let out = fairq(&[
+                "simulate",
+                "--scenario",
+                path.to_str().unwrap(),
+                "--duration",
+                "3",
+                "--json",
+                "--no-chart",
+            ]);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            names.push(path.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    for required in [
+        "many-tenants",
+        "noisy-neighbour",
+        "retry-storm",
+        "tiers-steady",
+    ] {
+        assert!(
+            names.iter().any(|n| n == required),
+            "{required} in {names:?}"
+        );
+    }
+}
+
+#[test]
+fn bare_fairq_simulates_with_top_level_flags() {
+    let out = fairq(&["--duration", "2", "--no-chart", "--schedulers", "fairq"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("scenario noisy-neighbour"), "{stdout}");
+    assert!(stdout.contains("== fairq:"), "{stdout}");
+}
+
+#[test]
+fn bench_reports_grants_per_second() {
+    let out = fairq(&[
+        "bench",
+        "--seconds",
+        "0.05",
+        "--tenants",
+        "1,64",
+        "--threads",
+        "1,2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<f64>> = stdout
+        .lines()
+        .filter_map(|l| {
+            let v: Vec<f64> = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (v.len() == 4).then_some(v)
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for r in rows {
+        assert!(r[2] > 1000.0, "grants/s {r:?}");
+    }
+}
