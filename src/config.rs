@@ -5,7 +5,9 @@
 
 use std::fmt;
 
+use crate::bulkhead::MAX_DOWNSTREAMS;
 use crate::identity::TenantDimension;
+use crate::policy::Policy;
 
 /// Largest weight a tenant may have.
 pub const MAX_WEIGHT: u32 = 10_000;
@@ -21,6 +23,7 @@ const MAX_TENANT_QUEUE: u32 = 1 << 20;
 const MAX_QUEUE: u32 = 1 << 24;
 const MAX_IN_FLIGHT: u32 = 1 << 20;
 const MAX_WAIT_MS: u64 = 24 * 3_600_000;
+const MAX_TOP_K: u32 = 1_000;
 
 /// How an engine is sized and what it does. Build one with `Config::default()` and change fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +49,16 @@ pub struct Config {
     pub tenant_idle_ms: u64,
     /// Most distinct weights in use at once. 1..=64. Default 8.
     pub max_weight_classes: u32,
+    /// Tenants given their own fairness-indicator series in the Prometheus text: the top K by
+    /// requests (the aggregate min/max covers every tenant). 0..=1000. Default 20.
+    pub indicator_top_k: u32,
+    /// Weight tiers, starvation guard, wait boost, feedback controller (R17, R18). All off by
+    /// default.
+    pub policy: Policy,
+    /// Bulkheads (R18): the most grants out at once for each downstream class, indexed by
+    /// `Request::downstream`. Empty (the default): off, one shared pool. At most 64 classes, each
+    /// 1..=`max_in_flight`.
+    pub downstream_max_in_flight: Vec<u32>,
 }
 
 impl Default for Config {
@@ -61,6 +74,9 @@ impl Default for Config {
             tenant_dimension: TenantDimension::User,
             tenant_idle_ms: 1_000,
             max_weight_classes: 8,
+            indicator_top_k: 20,
+            policy: Policy::default(),
+            downstream_max_in_flight: Vec::new(),
         }
     }
 }
@@ -118,6 +134,21 @@ impl Config {
             1,
             MAX_WEIGHT_CLASSES,
         )?;
+        check_range("indicator_top_k", self.indicator_top_k, 0, MAX_TOP_K)?;
+        self.policy
+            .validate(self.default_weight, self.max_weight_classes)?;
+        if self.downstream_max_in_flight.len() > MAX_DOWNSTREAMS {
+            return Err(ConfigError {
+                field: "downstream_max_in_flight",
+                message: format!(
+                    "at most {MAX_DOWNSTREAMS} downstream classes, got {}",
+                    self.downstream_max_in_flight.len()
+                ),
+            });
+        }
+        for &max in &self.downstream_max_in_flight {
+            check_range("downstream_max_in_flight", max, 1, self.max_in_flight)?;
+        }
         let bytes = self.table_bytes();
         if bytes > MAX_ENGINE_BYTES {
             return Err(ConfigError {
@@ -131,13 +162,14 @@ impl Config {
         Ok(())
     }
 
-    /// Bytes the fixed tables take: tenant slots and queues, class rings, tickets.
+    /// Bytes the fixed tables take: tenant slots and queues, class rings, bulkhead rings, tickets.
     pub fn table_bytes(&self) -> u64 {
         let tenants = crate::tenant::slot_count(self.max_tenants as usize) as u64;
-        let per_tenant = 512 + 16 * u64::from(self.tenant_queue_capacity);
+        let per_tenant = 640 + 16 * u64::from(self.tenant_queue_capacity);
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
         let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
-        tenants * per_tenant + rings + tickets
+        let pools = self.downstream_max_in_flight.len() as u64 * (256 + 16 * tenants);
+        tenants * per_tenant + rings + pools + tickets
     }
 
     /// Number of ticket slots: everything queued plus everything in flight.

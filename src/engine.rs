@@ -60,20 +60,27 @@ enum Served {
 
 /// A lock-free multi-tenant weighted fair queue. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
-    config: Config,
+    pub(crate) config: Config,
     enabled: AtomicBool,
     max_wait_ns: u64,
     tickets: TicketSlab,
-    tenants: TenantTable,
-    classes: Classes,
+    pub(crate) tenants: TenantTable,
+    pub(crate) classes: Classes,
     wheel: Wheel,
     weights: SharedPtr<WeightTable>,
     /// Serialises weight-table writers and class allocation (never taken on the hot path).
-    admin: Mutex<()>,
-    /// Requests queued now, all tenants (the global bound).
-    queued: CachePadded<AtomicU64>,
+    pub(crate) admin: Mutex<()>,
+    /// Requests queued now, all tenants (the global bound), and the fair-share service clock
+    /// on the same line (`indicators.rs`).
+    pub(crate) queued: CachePadded<crate::indicators::QueuedLine>,
     /// Grants out now: never above `max_in_flight`, never below 0.
     in_flight: CachePadded<AtomicU64>,
+    /// Wait histogram shards (`indicators.rs`).
+    pub(crate) fair: crate::indicators::EngineFairness,
+    /// Starvation guard, wait boost, tick state (`policy.rs`).
+    pub(crate) policy: crate::policy::PolicyState,
+    /// Per-downstream in-flight pools; `None` when off (`bulkhead.rs`).
+    pub(crate) bulkheads: Option<crate::bulkhead::Bulkheads>,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
     counters: Box<[CachePadded<Counters>]>,
@@ -87,6 +94,9 @@ impl Engine {
         let slots = crate::tenant::slot_count(tenants);
         let classes = Classes::new(config.max_weight_classes as usize, slots);
         classes.ensure(config.default_weight);
+        for tier in &config.policy.tiers {
+            classes.ensure(tier.weight); // validated to fit max_weight_classes
+        }
         Ok(Engine {
             enabled: AtomicBool::new(config.enabled),
             max_wait_ns: config.max_wait_ms.saturating_mul(MS),
@@ -100,8 +110,14 @@ impl Engine {
             wheel: Wheel::new(0),
             weights: SharedPtr::new(WeightTable::new(config.default_weight)),
             admin: Mutex::new(()),
-            queued: CachePadded::new(AtomicU64::new(0)),
+            queued: CachePadded::default(),
             in_flight: CachePadded::new(AtomicU64::new(0)),
+            fair: crate::indicators::EngineFairness::new(),
+            policy: crate::policy::PolicyState::new(
+                &config.policy,
+                config.max_weight_classes as usize,
+            ),
+            bulkheads: crate::bulkhead::Bulkheads::new(&config.downstream_max_in_flight, slots),
             clock: CachePadded::new(AtomicU64::new(0)),
             counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             config,
@@ -156,6 +172,7 @@ impl Engine {
         if request.cost == 0 || request.cost > MAX_COST {
             return Err(Error::InvalidArgument("cost must be in 1..=1000000"));
         }
+        self.check_downstream(request.downstream)?;
         let now = self.monotonic(now);
         let spread = request.user_data;
         if !self.is_enabled() {
@@ -177,6 +194,7 @@ impl Engine {
         else {
             return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
         };
+        self.tenants.slot(t).fair.on_request();
         // From here the pin (one LIVE count) becomes the ticket's, or is released on refusal.
         let position = match self.reserve(t, now) {
             Ok(position) => position,
@@ -203,6 +221,7 @@ impl Engine {
             cell.tenant.store(t, Ordering::Relaxed);
             cell.cost.store(request.cost, Ordering::Relaxed);
             cell.position.store(position, Ordering::Relaxed);
+            cell.downstream.store(request.downstream, Ordering::Relaxed);
             cell.user_data.store(request.user_data, Ordering::Relaxed);
             cell.deadline
                 .store(now.saturating_add(budget), Ordering::Relaxed);
@@ -224,6 +243,7 @@ impl Engine {
                 waited_ns: 0,
             }));
         }
+        slot.fair.on_accepted();
         bump(&self.shard(u64::from(ticket.index())).enqueued);
         Ok(Enqueued::Queued {
             ticket,
@@ -263,8 +283,10 @@ impl Engine {
                 waited_ns: 0,
             });
         }
-        if self.queued.fetch_add(1, Ordering::Relaxed) >= u64::from(self.config.queue_capacity) {
-            self.queued.fetch_sub(1, Ordering::Relaxed);
+        if self.queued.count.fetch_add(1, Ordering::Relaxed)
+            >= u64::from(self.config.queue_capacity)
+        {
+            self.queued.count.fetch_sub(1, Ordering::Relaxed);
             slot.depth.fetch_sub(1, Ordering::Relaxed);
             return Err(Refusal {
                 reason: Reason::QueueFull,
@@ -277,7 +299,7 @@ impl Engine {
 
     fn unreserve(&self, t: u32) {
         self.tenants.slot(t).depth.fetch_sub(1, Ordering::Relaxed);
-        self.queued.fetch_sub(1, Ordering::Relaxed);
+        self.queued.count.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn estimate(&self, t: u32, retry_after_ns: u64, position: u32) -> u64 {
@@ -325,7 +347,7 @@ impl Engine {
     /// Places a tenant whose turn the caller holds and whose head is staged: in the wheel if the
     /// head is not ready, else in its class's ready set. `counted_in` is the class whose ready
     /// count already includes the tenant (a granter's), if any.
-    fn place(&self, t: u32, counted_in: Option<u32>, visit_continues: bool, now: u64) {
+    pub(crate) fn place(&self, t: u32, counted_in: Option<u32>, visit_continues: bool, now: u64) {
         let slot = self.tenants.slot(t);
         let head = Ticket(slot.staged.load(Ordering::Relaxed));
         let class = slot.class.load(Ordering::Relaxed);
@@ -336,7 +358,7 @@ impl Engine {
             .map_or(0, |c| c.not_before.load(Ordering::Relaxed));
         if alive && not_before > now {
             if let Some(c) = counted_in {
-                self.classes.leave(c);
+                self.leave_ready(t, c, now);
             }
             self.park(t, not_before, now);
             return;
@@ -348,7 +370,7 @@ impl Engine {
                 self.classes.leave(c);
                 self.classes.make_ready(class, t);
             }
-            None => self.classes.make_ready(class, t),
+            None => self.enter_ready(t, class, now),
         }
     }
 
@@ -375,8 +397,26 @@ impl Engine {
         let now = self.monotonic(now);
         self.wheel
             .advance(&self.tenants, now, |t| self.place(t, None, false, now));
+        self.downstream_expire(now);
         if !self.acquire_permit() {
             return NextGrant::AtCapacity;
+        }
+        // Starvation guard (off by default): a weight class owed its minimum service goes
+        // first, outside SWRR, so no SWRR credit changes (see policy.rs).
+        if let Some((class, total)) = self.guard_due(now) {
+            if let Some((t, new_visit)) = self.classes.take(class) {
+                match self.serve(t, class as u32, new_visit, total, now) {
+                    Served::Grant(grant, _) => {
+                        self.guard_served();
+                        return NextGrant::Granted(grant);
+                    }
+                    Served::Expired(expired) => {
+                        self.release_permit();
+                        return NextGrant::Expired(expired);
+                    }
+                    Served::Nothing => {}
+                }
+            }
         }
         let mut weights: ClassWeights = [0; CLASS_LIMIT];
         let mut exclude = 0u64;
@@ -391,7 +431,7 @@ impl Engine {
                 exclude |= 1 << class;
                 continue;
             };
-            match self.serve(t, class as u32, new_visit, now) {
+            match self.serve(t, class as u32, new_visit, total, now) {
                 Served::Grant(grant, cost) => {
                     self.classes
                         .repeat(class, total, &weights, i64::from(cost) - 1);
@@ -453,7 +493,8 @@ impl Engine {
 
     /// Serves the tenant `t`, just taken from class `class`: sweeps dead heads, reports an expired
     /// one, parks a not-ready one, else grants its head if its DRR credit covers the cost.
-    fn serve(&self, t: u32, class: u32, mut new_visit: bool, now: u64) -> Served {
+    /// `total` is the SWRR weight of the pick (the ready weight), for the fairness indicators.
+    fn serve(&self, t: u32, class: u32, mut new_visit: bool, total: i64, now: u64) -> Served {
         let slot = self.tenants.slot(t);
         loop {
             let head = Ticket(slot.staged.load(Ordering::Relaxed));
@@ -470,7 +511,7 @@ impl Engine {
                 if self.next_head(t, now) {
                     continue;
                 }
-                self.classes.leave(class);
+                self.leave_ready(t, class, now);
                 return Served::Nothing;
             }
             if now > deadline {
@@ -482,9 +523,12 @@ impl Engine {
                 return Served::Expired(expired);
             }
             if not_before > now {
-                self.classes.leave(class);
+                self.leave_ready(t, class, now);
                 self.park(t, not_before, now);
                 return Served::Nothing;
+            }
+            if !self.downstream_acquire(t, class, cell, now) {
+                return Served::Nothing; // its bulkhead pool is full: blocked there, uncharged
             }
             let mut credit = slot.credit.load(Ordering::Relaxed);
             if new_visit {
@@ -499,6 +543,7 @@ impl Engine {
             }
             if credit < i64::from(cost) {
                 // This visit is spent; the next one adds a quantum.
+                self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 self.classes.put_back(class, t, false);
                 return Served::Nothing;
             }
@@ -507,19 +552,30 @@ impl Engine {
             let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
             let estimated_wait_ns = cell.estimated_wait.load(Ordering::Relaxed);
             if !self.tickets.transition(head, QUEUED, GRANTED) {
+                self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 continue; // a cancel won; the next round sweeps it
             }
             let credit = credit - i64::from(cost);
             slot.credit.store(credit, Ordering::Relaxed);
             self.unreserve(t);
             self.record_grant(t, cost, now);
+            let waited_ns = now.saturating_sub(enqueued_at);
+            self.on_grant(
+                t,
+                class,
+                cost,
+                total,
+                waited_ns,
+                u64::from(head.index()),
+                now,
+            );
             bump(&self.shard(u64::from(head.index())).granted);
             let grant = Grant {
                 ticket: head,
                 tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
                 user_data,
                 cost,
-                waited_ns: now.saturating_sub(enqueued_at),
+                waited_ns,
                 position,
                 estimated_wait_ns,
                 remaining_budget_ns: deadline.saturating_sub(now),
@@ -552,7 +608,7 @@ impl Engine {
     /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
     fn after_turn(&self, t: u32, class: u32, granted: bool, now: u64) {
         if !self.next_head(t, now) {
-            self.classes.leave(class);
+            self.leave_ready(t, class, now);
             return;
         }
         let slot = self.tenants.slot(t);
@@ -597,6 +653,8 @@ impl Engine {
         let counters = self.shard(u64::from(head.index()));
         bump(&counters.expired);
         bump(&counters.refused[Reason::DeadlineExceeded.index()]);
+        let waited_ns = now.saturating_sub(enqueued_at);
+        self.on_refused_after_wait(t, waited_ns, u64::from(head.index()), true);
         let key = self.tenants.slot(t).key.load(Ordering::Relaxed);
         Some(Expired {
             ticket: head,
@@ -605,7 +663,7 @@ impl Engine {
             refusal: Refusal {
                 reason: Reason::DeadlineExceeded,
                 position,
-                waited_ns: now.saturating_sub(enqueued_at),
+                waited_ns,
             },
         })
     }
@@ -659,6 +717,7 @@ impl Engine {
             }
         }
         self.release_permit();
+        self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
         let spread = u64::from(ticket.index());
         match outcome {
             Outcome::Admitted => {
@@ -672,6 +731,7 @@ impl Engine {
                 let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
                 let waited_ns = now.saturating_sub(enqueued_at);
                 let refuse = |reason: Reason, position: u32| {
+                    self.on_refused_after_wait(t, waited_ns, spread, false);
                     self.tickets.end(ticket, REQUEUING);
                     self.tenants.release(t, LIVE_ONE, now);
                     let counters = self.shard(spread);
@@ -698,6 +758,8 @@ impl Engine {
                 cell.estimated_wait
                     .store(estimated_wait_ns, Ordering::Relaxed);
                 if !self.push_queued(t, ticket, now) {
+                    // The slot may be idle now; it is reused only after tenant_idle_ms.
+                    self.on_refused_after_wait(t, waited_ns, spread, false);
                     let counters = self.shard(spread);
                     bump(&counters.refused_after_wait);
                     bump(&counters.refused[Reason::TenantQueueFull.index()]);
@@ -735,6 +797,7 @@ impl Engine {
                 return Err(Error::StaleTicket);
             };
             let t = cell.tenant.load(Ordering::Relaxed);
+            let downstream = cell.downstream.load(Ordering::Relaxed);
             if !self.tickets.end(ticket, state) {
                 continue; // it moved (granted, or ended by someone else): look again
             }
@@ -743,6 +806,7 @@ impl Engine {
                 self.unreserve(t);
             } else {
                 self.release_permit();
+                self.downstream_release(downstream, now);
             }
             self.tenants.release(t, LIVE_ONE, now);
             let counters = self.shard(u64::from(ticket.index()));
@@ -865,13 +929,17 @@ impl Engine {
     /// When a parked tenant may next become ready (monotonic ns), so a caller can set a timer and
     /// call `next_grant` then. `None` when nothing is parked.
     pub fn next_wakeup_ns(&self) -> Option<u64> {
-        self.wheel.next_tick_ns()
+        let blocked = self.downstream_wakeup(); // a bulkhead-blocked head's deadline
+        match (self.wheel.next_tick_ns(), blocked) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// A snapshot of gauges and counters.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats {
-            queued: self.queued.load(Ordering::Relaxed),
+            queued: self.queued.count.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             tenants: self.tenants.active(),
             ..Stats::default()

@@ -22,14 +22,18 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bulkhead;
 mod clock;
 mod config;
 mod engine;
 // The C ABI: the one module besides the lock-free cells allowed `unsafe` (raw pointers from C).
 #[allow(unsafe_code)]
 pub mod ffi;
+mod histogram;
 mod identity;
+mod indicators;
 mod metrics;
+mod policy;
 mod sched;
 mod sync;
 mod tenant;
@@ -40,7 +44,13 @@ mod weights;
 pub use clock::now_ns;
 pub use config::{Config, ConfigError, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
 pub use engine::Engine;
+pub use bulkhead::MAX_DOWNSTREAMS;
 pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
+pub use indicators::{FairnessAggregate, FairnessReport, MinMax, TenantIndicators};
+pub use policy::{
+    FeedbackController, Policy, StarvationGuard, TickReport, Tier, WaitBoost, MAX_TIERS,
+    MAX_TIER_NAME,
+};
 pub use types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
     Stats, Ticket,

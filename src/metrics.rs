@@ -1,58 +1,331 @@
-//! Prometheus text exposition of the engine's gauges and counters (R11).
+//! Prometheus text exposition (format 0.0.4) of the engine's gauges, counters, wait histogram
+//! and fairness indicators (R11, R16).
 //!
-//! Rendered from atomic counters only: reading metrics never blocks the hot path.
+//! Rendered from atomics only (sharded counters, histogram buckets, tenant slots): rendering takes
+//! no lock and never blocks or slows the hot path. It allocates the output text, off the hot path.
+//!
+//! # Families
+//! The R11 names, exactly:
+//! - `rate_limit_fair_queue_depth` (gauge): requests queued now.
+//! - `rate_limit_fair_queue_tenants` (gauge): tenants with queued or in-flight requests now.
+//! - `rate_limit_fair_queue_wait_seconds{tenant_dimension}` (histogram, buckets 1 ms … 60 s):
+//!   the wait of each request as it leaves the queue (granted or `deadline_exceeded`), from its
+//!   first enqueue.
+//! - `rate_limit_fair_queue_grants_total{tenant_dimension}` (counter).
+//! - `rate_limit_fair_queue_refused_total{tenant_dimension,reason}` (counter): one series for
+//!   every reason code, the five queue reasons, the immediate ones (`not_queueable`, `no_tenant`,
+//!   `disabled`) and `cancelled` (a client's cancel; leave it out of refusal-rate queries).
+//!
+//! Also: `rate_limit_fair_queue_in_flight` (gauge); the fairness indicators of the top
+//! `indicator_top_k` tenants by requests (`rate_limit_fair_queue_tenant_*{tenant_dimension,
+//! tenant}`, `tenant` being the 16-hex-digit tenant key, never a raw identifier) and their
+//! min/max over every tenant (`rate_limit_fair_queue_fair_share_ratio{stat}` etc.); and, when
+//! the policies or bulkheads are on, their gauges and counters. See the README for the list.
 
 use std::fmt::Write;
 
 use crate::engine::Engine;
+use crate::histogram::{BOUNDS_LE, BUCKETS};
+use crate::indicators::{MinMax, TenantIndicators};
 use crate::types::Reason;
 
+/// Metric name prefix.
+const P: &str = "rate_limit_fair_queue";
+
 impl Engine {
-    /// Renders the metrics in the Prometheus text format (version 0.0.4).
+    /// Renders the metrics in the Prometheus text format (version 0.0.4), at the monotonic
+    /// clock's now.
     pub fn prometheus_text(&self) -> String {
-        let mut out = String::with_capacity(2048);
-        self.write_prometheus(&mut out);
+        self.prometheus_text_at(crate::clock::now_ns())
+    }
+
+    /// `prometheus_text` with starvation windows measured at `now` (monotonic ns).
+    pub fn prometheus_text_at(&self, now: u64) -> String {
+        let mut out = String::with_capacity(4096);
+        self.write_prometheus_at(&mut out, now);
         out
     }
 
-    /// Appends the Prometheus text to `out`.
+    /// Appends the Prometheus text to `out`, at the monotonic clock's now.
     pub fn write_prometheus(&self, out: &mut String) {
+        self.write_prometheus_at(out, crate::clock::now_ns());
+    }
+
+    /// Appends the Prometheus text to `out`, with starvation windows measured at `now`.
+    pub fn write_prometheus_at(&self, out: &mut String, now: u64) {
         let stats = self.stats();
-        let dim = self.config().tenant_dimension.as_str();
-        // `write!` into a String cannot fail.
-        let _ = writeln!(
+        let dim = self.config.tenant_dimension.as_str();
+        let d = format!("tenant_dimension=\"{dim}\"");
+        family(
             out,
-            "# HELP rate_limit_fair_queue_depth Requests held in the fair queue now.\n\
-             # TYPE rate_limit_fair_queue_depth gauge\n\
-             rate_limit_fair_queue_depth {}",
-            stats.queued
+            "depth",
+            "gauge",
+            "Requests held in the fair queue now.",
         );
-        let _ = writeln!(
+        sample(out, "depth", "", stats.queued as f64);
+        family(
             out,
-            "# HELP rate_limit_fair_queue_tenants Tenant queues the scheduler tracks now.\n\
-             # TYPE rate_limit_fair_queue_tenants gauge\n\
-             rate_limit_fair_queue_tenants {}",
-            stats.tenants
+            "tenants",
+            "gauge",
+            "Tenants with queued or in-flight requests now.",
         );
-        let _ = writeln!(
+        sample(out, "tenants", "", stats.tenants as f64);
+        family(
             out,
-            "# HELP rate_limit_fair_queue_grants_total Admission attempts released by the queue.\n\
-             # TYPE rate_limit_fair_queue_grants_total counter\n\
-             rate_limit_fair_queue_grants_total{{tenant_dimension=\"{dim}\"}} {}",
-            stats.granted
+            "in_flight",
+            "gauge",
+            "Grants out now (admission attempts).",
         );
-        let _ = writeln!(
+        sample(out, "in_flight", "", stats.in_flight as f64);
+
+        family(
             out,
-            "# HELP rate_limit_fair_queue_refused_total Requests refused on arrival or after waiting.\n\
-             # TYPE rate_limit_fair_queue_refused_total counter"
+            "wait_seconds",
+            "histogram",
+            "Time from first enqueue to leaving the queue (granted or deadline_exceeded).",
         );
-        for reason in Reason::ALL {
-            let _ = writeln!(
+        let (counts, sum_ns) = self.fair.wait_snapshot();
+        let mut cumulative = 0u64;
+        for (i, count) in counts.iter().enumerate() {
+            cumulative += count;
+            let le = BOUNDS_LE.get(i).copied().unwrap_or("+Inf");
+            debug_assert!(i < BUCKETS);
+            sample(
                 out,
-                "rate_limit_fair_queue_refused_total{{tenant_dimension=\"{dim}\",reason=\"{}\"}} {}",
-                reason.as_str(),
-                stats.refused_for(reason)
+                "wait_seconds_bucket",
+                &format!("{d},le=\"{le}\""),
+                cumulative as f64,
             );
         }
+        sample(out, "wait_seconds_sum", &d, sum_ns as f64 / 1e9);
+        sample(out, "wait_seconds_count", &d, cumulative as f64);
+
+        family(
+            out,
+            "grants_total",
+            "counter",
+            "Admission attempts released by the queue.",
+        );
+        sample(out, "grants_total", &d, stats.granted as f64);
+        family(
+            out,
+            "refused_total",
+            "counter",
+            "Requests refused on arrival or after waiting, by reason (cancelled: client cancels).",
+        );
+        for reason in Reason::ALL {
+            sample(
+                out,
+                "refused_total",
+                &format!("{d},reason=\"{}\"", reason.as_str()),
+                stats.refused_for(reason) as f64,
+            );
+        }
+
+        self.write_indicators(out, &d, now);
+        self.write_policies(out, &d);
+    }
+
+    fn write_indicators(&self, out: &mut String, d: &str, now: u64) {
+        let report = self.fairness_report_at(now);
+        let top = &report.top;
+        let per_tenant: [(&str, &str, &str, fn(&TenantIndicators) -> Option<f64>); 6] = [
+            (
+                "tenant_fair_share_ratio",
+                "gauge",
+                "Granted over expected cost units by weight while ready (top tenants by requests).",
+                |t| t.fair_share_ratio,
+            ),
+            (
+                "tenant_granted_cost_total",
+                "counter",
+                "Cost units granted (top tenants); rate() over expected gives a windowed ratio.",
+                |t| Some(t.granted_cost as f64),
+            ),
+            (
+                "tenant_expected_cost_total",
+                "counter",
+                "Cost units expected by weight while ready (top tenants).",
+                |t| Some(t.expected_cost),
+            ),
+            (
+                "tenant_wait_p95_seconds",
+                "gauge",
+                "0.95 quantile of the tenant's waits (top tenants).",
+                |t| t.wait_p95_ns.map(|ns| ns as f64 / 1e9),
+            ),
+            (
+                "tenant_refusal_ratio",
+                "gauge",
+                "Refused over requests, on arrival or after waiting (top tenants).",
+                |t| t.refusal_rate,
+            ),
+            (
+                "tenant_requests_total",
+                "counter",
+                "Enqueue calls that reached the tenant's slot (top tenants).",
+                |t| Some(t.requests as f64),
+            ),
+        ];
+        for (name, kind, help, value) in per_tenant {
+            family(out, name, kind, help);
+            for t in top {
+                if let Some(v) = value(t) {
+                    sample(out, name, &tenant_labels(d, t), v);
+                }
+            }
+        }
+        family(
+            out,
+            "tenant_starvation_seconds",
+            "gauge",
+            "Time ready with no grant: the open window (current) and the longest (top tenants).",
+        );
+        for t in top {
+            let labels = tenant_labels(d, t);
+            for (window, ns) in [
+                ("current", t.starvation_current_ns),
+                ("longest", t.starvation_longest_ns),
+            ] {
+                sample(
+                    out,
+                    "tenant_starvation_seconds",
+                    &format!("{labels},window=\"{window}\""),
+                    ns as f64 / 1e9,
+                );
+            }
+        }
+
+        let a = &report.aggregate;
+        let aggregates = [
+            (
+                "fair_share_ratio",
+                "Min and max fair_share_ratio over all tenants.",
+                None,
+                a.fair_share_ratio,
+            ),
+            (
+                "wait_p95_seconds",
+                "Min and max wait p95 over all tenants.",
+                None,
+                a.wait_p95_seconds,
+            ),
+            (
+                "refusal_ratio",
+                "Min and max refusal ratio over all tenants.",
+                None,
+                a.refusal_rate,
+            ),
+            (
+                "starvation_seconds",
+                "Min and max starvation window over all tenants (current and longest).",
+                Some("current"),
+                a.starvation_current_seconds,
+            ),
+            (
+                "starvation_seconds",
+                "",
+                Some("longest"),
+                a.starvation_longest_seconds,
+            ),
+        ];
+        for (name, help, window, minmax) in aggregates {
+            if !help.is_empty() {
+                family(out, name, "gauge", help);
+            }
+            let Some(MinMax { min, max }) = minmax else {
+                continue;
+            };
+            let window = window.map_or(String::new(), |w| format!(",window=\"{w}\""));
+            sample(out, name, &format!("{d}{window},stat=\"min\""), min);
+            sample(out, name, &format!("{d}{window},stat=\"max\""), max);
+        }
+        family(
+            out,
+            "indicator_tenants",
+            "gauge",
+            "Tenants holding a slot (the population of the min/max indicators).",
+        );
+        sample(out, "indicator_tenants", d, a.tenants as f64);
+    }
+
+    fn write_policies(&self, out: &mut String, d: &str) {
+        let policy = &self.config.policy;
+        if policy.wait_boost.is_some() {
+            family(
+                out,
+                "boosted_tenants",
+                "gauge",
+                "Tenants holding a +1 wait boost now.",
+            );
+            sample(out, "boosted_tenants", d, self.policy.boosted() as f64);
+        }
+        if policy.starvation_guard.is_some() {
+            family(
+                out,
+                "guard_grants_total",
+                "counter",
+                "Grants the starvation guard made ahead of SWRR order.",
+            );
+            sample(
+                out,
+                "guard_grants_total",
+                d,
+                self.policy.guard_grants() as f64,
+            );
+        }
+        let pools = self.downstream_stats();
+        if pools.is_empty() {
+            return;
+        }
+        let series: [(&str, &str, &str, fn(&(u64, u64, u64)) -> u64); 3] = [
+            (
+                "downstream_in_flight",
+                "gauge",
+                "Grants out now, by downstream class (bulkhead pool).",
+                |p| p.0,
+            ),
+            (
+                "downstream_blocked_tenants",
+                "gauge",
+                "Tenants whose head waits for a permit of the pool now.",
+                |p| p.1,
+            ),
+            (
+                "downstream_blocks_total",
+                "counter",
+                "Times a tenant blocked on a full pool.",
+                |p| p.2,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            family(out, name, kind, help);
+            for (i, pool) in pools.iter().enumerate() {
+                sample(
+                    out,
+                    name,
+                    &format!("{d},downstream=\"{i}\""),
+                    value(pool) as f64,
+                );
+            }
+        }
+    }
+}
+
+fn tenant_labels(d: &str, t: &TenantIndicators) -> String {
+    format!("{d},tenant=\"{:016x}\"", t.tenant.get())
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    // `write!` into a String cannot fail.
+    let _ = writeln!(out, "# HELP {P}_{name} {help}\n# TYPE {P}_{name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &str, value: f64) {
+    let value = if value.is_finite() { value } else { 0.0 };
+    if labels.is_empty() {
+        let _ = writeln!(out, "{P}_{name} {value}");
+    } else {
+        let _ = writeln!(out, "{P}_{name}{{{labels}}} {value}");
     }
 }

@@ -37,12 +37,25 @@ pub(crate) struct Class {
     ready: AtomicI64,
     /// SWRR current weight.
     current: AtomicI64,
+    /// Extra SWRR weight from wait boosts (`policy.rs`): +1 per boosted tenant. 0 unless the
+    /// wait boost is on.
+    boost: AtomicI64,
     /// DRR quantum: the largest cost granted in this class.
     quantum: AtomicU32,
     /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
     visiting: AtomicU32,
     /// Ready tenants, in round-robin order.
     ring: ArrayQueue<u32>,
+}
+
+impl Class {
+    /// SWRR weight with `ready` (> 0) ready tenants: `weight × ready`, plus any wait boosts.
+    #[inline]
+    fn gain(&self, ready: i64) -> i64 {
+        // Relaxed: see `Classes::pick`.
+        i64::from(self.weight.load(Ordering::Relaxed)) * ready
+            + self.boost.load(Ordering::Relaxed).max(0)
+    }
 }
 
 pub(crate) struct Classes {
@@ -61,6 +74,7 @@ impl Classes {
                         weight: AtomicU32::new(0),
                         ready: AtomicI64::new(0),
                         current: AtomicI64::new(0),
+                        boost: AtomicI64::new(0),
                         quantum: AtomicU32::new(1),
                         visiting: AtomicU32::new(NIL),
                         ring: ArrayQueue::new(ring_capacity),
@@ -116,7 +130,7 @@ impl Classes {
             if ready <= 0 {
                 continue;
             }
-            let gain = i64::from(class.weight.load(Ordering::Relaxed)) * ready;
+            let gain = class.gain(ready);
             weights[c] = gain;
             // Relaxed: the credit is a counter; no other data is published through it.
             let current = class.current.fetch_add(gain, Ordering::Relaxed) + gain;
@@ -161,7 +175,7 @@ impl Classes {
         let mut total = 0;
         for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
             let ready = class.ready.load(Ordering::Relaxed).max(0);
-            weights[c] = i64::from(class.weight.load(Ordering::Relaxed)) * ready;
+            weights[c] = if ready > 0 { class.gain(ready) } else { 0 };
             total += weights[c];
         }
         if total > 0 {
@@ -179,6 +193,30 @@ impl Classes {
             return Some((visitor, false));
         }
         class.ring.pop().map(|t| (t, true))
+    }
+
+    /// Classes in use (indices `0..allocated_count()`).
+    pub(crate) fn allocated_count(&self) -> usize {
+        self.allocated()
+    }
+
+    /// `class`'s SWRR weight now (`weight × ready + boost`), 0 when it has no ready tenant.
+    pub(crate) fn gain(&self, class: usize) -> i64 {
+        let class = &self.classes[class];
+        // Relaxed: like `pick`, a stale count only skews one decision.
+        let ready = class.ready.load(Ordering::Relaxed);
+        if ready <= 0 {
+            return 0;
+        }
+        class.gain(ready)
+    }
+
+    /// Adds `delta` wait-boost weight units to `class` (`policy.rs`).
+    pub(crate) fn add_boost(&self, class: usize, delta: i64) {
+        // Relaxed: a weight, read by picks like `ready`.
+        self.classes[class]
+            .boost
+            .fetch_add(delta, Ordering::Relaxed);
     }
 
     /// Tenants counted ready in `class` (in its ring, visiting, or held by a granter).

@@ -8,7 +8,9 @@
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering,
+    };
     pub(crate) use std::sync::Mutex;
 
     pub(crate) use crossbeam_queue::ArrayQueue;
@@ -48,7 +50,9 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering,
+    };
     pub(crate) use loom::sync::Mutex;
 
     pub(crate) use crossbeam_utils::CachePadded;

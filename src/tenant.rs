@@ -64,6 +64,8 @@ pub(crate) struct TenantSlot {
     pub(crate) granted: AtomicU64,
     /// Cost units granted to this tenant since it took the slot.
     pub(crate) granted_cost: AtomicU64,
+    /// Fairness indicators and the wait-boost mark (`indicators.rs`).
+    pub(crate) fair: crate::indicators::TenantFairness,
     /// Handles of queued tickets, in arrival order.
     pub(crate) queue: ArrayQueue<u64>,
 }
@@ -85,6 +87,7 @@ impl TenantSlot {
             interval: AtomicU64::new(0),
             granted: AtomicU64::new(0),
             granted_cost: AtomicU64::new(0),
+            fair: crate::indicators::TenantFairness::new(),
             queue: ArrayQueue::new(queue_capacity),
         }
     }
@@ -134,6 +137,11 @@ impl TenantTable {
 
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Every slot, for scans off the hot path (metrics, `tick`); not counted in `touches`.
+    pub(crate) fn slots(&self) -> &[TenantSlot] {
+        &self.slots
     }
 
     /// The slot at `index`. Callers pass indices taken from this table.
@@ -296,6 +304,7 @@ impl TenantTable {
         slot.interval.store(0, Ordering::Relaxed);
         slot.granted.store(0, Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
+        slot.fair.reset();
         init(slot);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
         slot.counts.store(LIVE_ONE, Ordering::Release);

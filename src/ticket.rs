@@ -37,6 +37,8 @@ pub(crate) struct TicketCell {
     pub(crate) cost: AtomicU32,
     /// Position at (re)enqueue.
     pub(crate) position: AtomicU32,
+    /// Downstream class (bulkhead pool) it goes to; fills the padding before `user_data`.
+    pub(crate) downstream: AtomicU32,
     /// Caller data.
     pub(crate) user_data: AtomicU64,
     /// Absolute deadline (ns): never granted after it.
@@ -73,6 +75,7 @@ impl TicketSlab {
                 tenant: AtomicU32::new(0),
                 cost: AtomicU32::new(0),
                 position: AtomicU32::new(0),
+                downstream: AtomicU32::new(0),
                 user_data: AtomicU64::new(0),
                 deadline: AtomicU64::new(0),
                 not_before: AtomicU64::new(0),

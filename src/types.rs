@@ -118,6 +118,9 @@ pub struct Request {
     pub retry_after_ns: u64,
     /// The request's remaining total timeout, in ns; 0 means none (the budget is `max_wait_ms`).
     pub timeout_ns: u64,
+    /// The downstream class (bulkhead pool) it goes to, `0..downstream_max_in_flight.len()`.
+    /// Ignored while bulkheads are off. Default 0.
+    pub downstream: u32,
 }
 
 impl Request {
@@ -130,6 +133,7 @@ impl Request {
             cost: 1,
             retry_after_ns: 0,
             timeout_ns: 0,
+            downstream: 0,
         }
     }
 }

@@ -1,0 +1,554 @@
+//! Fairness as numbers (R16): per-tenant wait p95, refusal rate, `fair_share_ratio` and
+//! `starvation_window`, kept in each tenant slot and read without locks.
+//!
+//! # Definitions
+//! All per-tenant indicators are cumulative since the tenant took its slot (a slot is reused by
+//! another tenant only after `tenant_idle_ms` idle, and its indicators start again from zero).
+//!
+//! - **Ready.** A tenant is *ready* while it is in its weight class's ready set: its staged head
+//!   can be granted now (Retry-After passed, and, with bulkheads, its downstream pool has room).
+//!   A tenant parked in the timing wheel, blocked on its pool, or idle is not ready.
+//! - **Wait.** The time from a request's first enqueue to its leaving the queue, by a grant or by
+//!   deadline expiry (`deadline_exceeded`). A requeued request is observed again when it leaves
+//!   again, with its wait counted from its first enqueue (R8). `wait_p95` is the 0.95 quantile of
+//!   the tenant's fixed-bucket histogram (1 ms … 60 s), interpolated inside its bucket like
+//!   Prometheus' `histogram_quantile`.
+//! - **Refusal rate.** `refused / requests`, where `requests` counts the tenant's `enqueue` calls
+//!   that reached its slot, and `refused` counts those refused on arrival (`queue_full`,
+//!   `tenant_queue_full`, `wait_exceeds_budget`) plus queued requests that later ended refused
+//!   (`deadline_exceeded`, a requeue that no longer fits). Cancellations are not refusals. Each
+//!   request is refused at most once, so the rate is in `[0, 1]`. (`tenant_table_full`,
+//!   `no_tenant`, `not_queueable` and `disabled` refusals never reach a slot; they are in the
+//!   engine-wide `refused_total` only.)
+//! - **fair_share_ratio.** Actual over expected cost units, by weight, among ready tenants.
+//!   Every grant of cost `c`, made while the ready tenants' weights sum to `W` (the SWRR total of
+//!   that pick), *expects* `c · wᵢ / W` units for each ready tenant `i`. The engine keeps a
+//!   global service clock `S = Σ c / W` (fixed point, 2⁻⁴⁰), and a tenant accrues
+//!   `expectedᵢ += wᵢ · ΔS` over each stretch it is ready, folded in by its turn holder when it
+//!   is granted and when it stops being ready. The ratio is `granted_cost / expected`, defined
+//!   once `expected ≥ 1` unit. With unit costs it is actual over expected grants. `wᵢ` is the
+//!   tenant's configured weight (tier or `set_weight`), not a feedback-nudged or boosted one,
+//!   so the ratio measures service against the policy's intent.
+//! - **starvation_window.** A window opens when the tenant becomes ready, and again at each of
+//!   its grants while it stays ready; it closes at its next grant or when it stops being ready.
+//!   `current` is the age of the open window (0 when not ready); `longest` is the longest window
+//!   so far, the open one included. So the window grows only while the tenant is ready and
+//!   unserved. Readiness is noticed when the scheduler acts (a `next_grant`, an enqueue, a
+//!   completion), so a wheel wake-up adds at most one call's delay.
+//!
+//! # Cost on the hot path
+//! A grant adds one `fetch_add` to the service clock, which shares the cache line of the global
+//! queued count (also written by every grant), plus `Relaxed` stores to the tenant's slot, which
+//! the grant writes anyway, and one bucket `fetch_add` in a histogram shard. Nothing allocates.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::engine::Engine;
+use crate::histogram::{quantile_ns, TenantWaits, WaitHistogram, BUCKETS};
+use crate::identity::TenantKey;
+use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::tenant::TenantSlot;
+
+/// `ready_since` of a tenant that is not ready.
+const NOT_READY: u64 = u64::MAX;
+/// Fixed-point shift of the service clock: `S` counts cost units per weight unit × 2⁴⁰.
+const SERVICE_SHIFT: u32 = 40;
+/// Fixed-point shift of `expected`: cost units × 2¹⁶.
+const EXPECTED_SHIFT: u32 = 16;
+/// Histogram shards, spread like the engine's counters.
+const WAIT_SHARDS: usize = 8;
+/// The quantile the wait indicator reports.
+const WAIT_QUANTILE: f64 = 0.95;
+
+/// The engine's queued-request count and the fair-share service clock, on one cache line: every
+/// grant writes both, so the clock costs no extra line transfer between cores.
+#[derive(Default)]
+pub(crate) struct QueuedLine {
+    /// Requests queued now, all tenants (the global bound).
+    pub(crate) count: AtomicU64,
+    /// `S`: Σ over grants of `cost / W_ready`, fixed point 2⁻⁴⁰. Wraps; only differences are used.
+    service: AtomicU64,
+}
+
+/// One tenant's fairness state, in its slot. Fields marked *holder* are written only by the
+/// thread holding the tenant's turn (see `engine.rs`), so plain `Relaxed` loads and stores do;
+/// readers of indicators accept a snapshot that may be one event stale.
+pub(crate) struct TenantFairness {
+    /// Holder: when the open starvation window began, or `NOT_READY`.
+    ready_since: AtomicU64,
+    /// Holder: the service clock when `expected` was last folded (valid while ready).
+    service_mark: AtomicU64,
+    /// Holder: expected cost units × 2¹⁶ accrued while ready.
+    expected: AtomicU64,
+    /// Holder: the longest closed starvation window (ns).
+    longest_starved: AtomicU64,
+    /// `enqueue` calls that reached this slot.
+    requests: AtomicU64,
+    /// Of those, the ones queued.
+    accepted: AtomicU64,
+    /// Queued requests that later ended refused (`deadline_exceeded`, requeue refused).
+    refused_after_wait: AtomicU64,
+    /// The weight class (+1) holding this tenant's wait boost unit; 0 when not boosted.
+    pub(crate) boost: AtomicU32,
+    /// Waits of this tenant's requests as they left the queue.
+    waits: TenantWaits,
+}
+
+impl TenantFairness {
+    pub(crate) fn new() -> TenantFairness {
+        TenantFairness {
+            ready_since: AtomicU64::new(NOT_READY),
+            service_mark: AtomicU64::new(0),
+            expected: AtomicU64::new(0),
+            longest_starved: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            refused_after_wait: AtomicU64::new(0),
+            boost: AtomicU32::new(0),
+            waits: TenantWaits::new(),
+        }
+    }
+
+    /// Starts a new tenant's indicators. Called by the claimer, which owns the slot exclusively.
+    pub(crate) fn reset(&self) {
+        // Relaxed throughout: the claimer's Release of `counts` publishes these to later pins.
+        self.ready_since.store(NOT_READY, Ordering::Relaxed);
+        self.service_mark.store(0, Ordering::Relaxed);
+        self.expected.store(0, Ordering::Relaxed);
+        self.longest_starved.store(0, Ordering::Relaxed);
+        self.requests.store(0, Ordering::Relaxed);
+        self.accepted.store(0, Ordering::Relaxed);
+        self.refused_after_wait.store(0, Ordering::Relaxed);
+        self.boost.store(0, Ordering::Relaxed);
+        self.waits.reset();
+    }
+
+    /// An `enqueue` reached the slot.
+    #[inline]
+    pub(crate) fn on_request(&self) {
+        // Relaxed: statistics.
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// That `enqueue` queued its request.
+    #[inline]
+    pub(crate) fn on_accepted(&self) {
+        // Relaxed: statistics.
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A queued request ended refused (after waiting).
+    #[inline]
+    pub(crate) fn on_refused_after_wait(&self) {
+        // Relaxed: statistics.
+        self.refused_after_wait.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request left the queue after waiting `waited_ns`.
+    #[inline]
+    pub(crate) fn on_wait(&self, waited_ns: u64) {
+        self.waits.record(waited_ns);
+    }
+
+    /// Holder: folds the expected share accrued since the last fold.
+    fn fold(&self, service: u64, weight: u32) {
+        // Relaxed: holder-owned fields (see the struct docs).
+        let mark = self.service_mark.swap(service, Ordering::Relaxed);
+        let accrued = accrued(service.wrapping_sub(mark), weight);
+        self.expected.fetch_add(accrued, Ordering::Relaxed);
+    }
+
+    /// Holder: closes the open starvation window at `now`.
+    fn close_window(&self, now: u64, since: u64) {
+        let length = now.saturating_sub(since);
+        // Relaxed: holder-owned.
+        if length > self.longest_starved.load(Ordering::Relaxed) {
+            self.longest_starved.store(length, Ordering::Relaxed);
+        }
+    }
+
+    /// Holder: the tenant joined its class's ready set.
+    pub(crate) fn became_ready(&self, now: u64, service: u64) {
+        // Relaxed: holder-owned.
+        if self.ready_since.load(Ordering::Relaxed) == NOT_READY {
+            self.service_mark.store(service, Ordering::Relaxed);
+            self.ready_since.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Holder: the tenant left its class's ready set (parked, blocked, idle).
+    pub(crate) fn left_ready(&self, now: u64, service: u64, weight: u32) {
+        // Relaxed: holder-owned.
+        let since = self.ready_since.load(Ordering::Relaxed);
+        if since != NOT_READY {
+            self.fold(service, weight);
+            self.close_window(now, since);
+            self.ready_since.store(NOT_READY, Ordering::Relaxed);
+        }
+    }
+
+    /// Holder: the tenant was granted at `now`; `service` already includes this grant.
+    pub(crate) fn granted(&self, now: u64, service: u64, weight: u32) {
+        // Relaxed: holder-owned.
+        let since = self.ready_since.load(Ordering::Relaxed);
+        if since == NOT_READY {
+            // Not seen becoming ready (cannot happen through the engine): start from here.
+            self.service_mark.store(service, Ordering::Relaxed);
+        } else {
+            self.fold(service, weight);
+            self.close_window(now, since);
+        }
+        // A new window opens: it stays open if the tenant stays ready.
+        self.ready_since.store(now, Ordering::Relaxed);
+    }
+
+    /// The open starvation window's start, if the tenant is ready.
+    pub(crate) fn ready_since(&self) -> Option<u64> {
+        // Relaxed: a snapshot for readers and the policy tick.
+        let since = self.ready_since.load(Ordering::Relaxed);
+        (since != NOT_READY).then_some(since)
+    }
+}
+
+/// `weight · Δservice`, from 2⁻⁴⁰ per weight unit to 2⁻¹⁶ cost units.
+fn accrued(delta: u64, weight: u32) -> u64 {
+    let units = (u128::from(delta) * u128::from(weight)) >> (SERVICE_SHIFT - EXPECTED_SHIFT);
+    u64::try_from(units).unwrap_or(u64::MAX)
+}
+
+/// Engine-wide indicator state: the sharded `wait_seconds` histogram.
+pub(crate) struct EngineFairness {
+    waits: Box<[CachePadded<WaitHistogram>]>,
+}
+
+impl EngineFairness {
+    pub(crate) fn new() -> EngineFairness {
+        EngineFairness {
+            waits: (0..WAIT_SHARDS).map(|_| CachePadded::default()).collect(),
+        }
+    }
+
+    /// Records a wait in the shard picked by `spread` (a ticket index).
+    #[inline]
+    pub(crate) fn record_wait(&self, spread: u64, waited_ns: u64) {
+        self.waits[(spread as usize) % WAIT_SHARDS].record(waited_ns);
+    }
+
+    /// Per-bucket counts and the sum of waits, all shards together.
+    pub(crate) fn wait_snapshot(&self) -> ([u64; BUCKETS], u64) {
+        let mut counts = [0u64; BUCKETS];
+        let mut sum_ns = 0u64;
+        for shard in self.waits.iter() {
+            shard.add_into(&mut counts, &mut sum_ns);
+        }
+        (counts, sum_ns)
+    }
+}
+
+// ------------------------------------------------------------------ engine hooks
+
+impl Engine {
+    /// The service clock now.
+    fn service_now(&self) -> u64 {
+        // Relaxed: a statistic; the turn holder orders its own fold.
+        self.queued.service.load(Ordering::Relaxed)
+    }
+
+    /// Advances the service clock by one grant of `cost` made with ready weight `total`.
+    fn service_advance(&self, cost: u32, total: i64) -> u64 {
+        let total = u64::try_from(total).unwrap_or(0).max(1);
+        let step = (u64::from(cost) << SERVICE_SHIFT) / total;
+        // Relaxed: a counter; differences of it are all that is used.
+        self.queued
+            .service
+            .fetch_add(step, Ordering::Relaxed)
+            .wrapping_add(step)
+    }
+
+    /// The holder makes tenant `t` ready in `class` (it was not ready).
+    pub(crate) fn enter_ready(&self, t: u32, class: u32, now: u64) {
+        self.tenants
+            .slot(t)
+            .fair
+            .became_ready(now, self.service_now());
+        self.classes.make_ready(class, t);
+    }
+
+    /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).
+    pub(crate) fn leave_ready(&self, t: u32, class: u32, now: u64) {
+        let slot = self.tenants.slot(t);
+        let weight = slot.weight.load(Ordering::Relaxed);
+        slot.fair.left_ready(now, self.service_now(), weight);
+        self.end_boost(slot);
+        self.classes.leave(class);
+    }
+
+    /// The holder granted tenant `t`'s head: cost, the SWRR total of the pick, the wait.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_grant(
+        &self,
+        t: u32,
+        class: u32,
+        cost: u32,
+        total: i64,
+        waited_ns: u64,
+        spread: u64,
+        now: u64,
+    ) {
+        let slot = self.tenants.slot(t);
+        let service = self.service_advance(cost, total);
+        let weight = slot.weight.load(Ordering::Relaxed);
+        slot.fair.granted(now, service, weight);
+        slot.fair.on_wait(waited_ns);
+        self.fair.record_wait(spread, waited_ns);
+        self.end_boost(slot);
+        self.guard_note_grant(class, now);
+    }
+
+    /// A queued request of tenant `t` ended refused after waiting `waited_ns`; `expired` when
+    /// it left the queue by its deadline (a wait observation), not by a refused requeue.
+    pub(crate) fn on_refused_after_wait(&self, t: u32, waited_ns: u64, spread: u64, expired: bool) {
+        let fair = &self.tenants.slot(t).fair;
+        fair.on_refused_after_wait();
+        if expired {
+            fair.on_wait(waited_ns);
+            self.fair.record_wait(spread, waited_ns);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ reading indicators
+
+/// One tenant's fairness indicators (R16), cumulative since it took its slot. See the module
+/// docs of `indicators.rs` (and the README) for the exact definitions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TenantIndicators {
+    /// The tenant.
+    pub tenant: TenantKey,
+    /// Its configured weight (tier, `set_weight`, or the default).
+    pub weight: u32,
+    /// The weight the scheduler uses now: the configured one unless the feedback controller
+    /// nudged it (a wait boost is not included; see `boosted`).
+    pub effective_weight: u32,
+    /// Holds a temporary +1 wait boost now.
+    pub boosted: bool,
+    /// Ready now (its head could be granted).
+    pub ready: bool,
+    /// `enqueue` calls that reached its slot.
+    pub requests: u64,
+    /// Refused on arrival or after waiting.
+    pub refused: u64,
+    /// `refused / requests`; `None` before any request.
+    pub refusal_rate: Option<f64>,
+    /// Grants made.
+    pub granted: u64,
+    /// Cost units granted.
+    pub granted_cost: u64,
+    /// Cost units expected by weight while ready.
+    pub expected_cost: f64,
+    /// `granted_cost / expected_cost`; `None` until one unit is expected.
+    pub fair_share_ratio: Option<f64>,
+    /// Waits observed (requests that left the queue).
+    pub waits: u64,
+    /// 0.95 quantile of the waits, in ns; `None` before any wait.
+    pub wait_p95_ns: Option<u64>,
+    /// Age of the open starvation window, in ns (0 when not ready).
+    pub starvation_current_ns: u64,
+    /// Longest starvation window so far, the open one included, in ns.
+    pub starvation_longest_ns: u64,
+}
+
+/// The smallest and largest value of an indicator over the tenants that have it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MinMax {
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl MinMax {
+    fn add(slot: &mut Option<MinMax>, value: f64) {
+        let entry = slot.get_or_insert(MinMax {
+            min: value,
+            max: value,
+        });
+        entry.min = entry.min.min(value);
+        entry.max = entry.max.max(value);
+    }
+}
+
+/// Indicators over every tenant that holds a slot. `None` where no tenant has the indicator.
+/// The seed's alerts read straight off it: `fair_share_ratio.min < 0.7`,
+/// `starvation_current_seconds.max > 30`, `refusal_rate.max - refusal_rate.min > 0.15`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FairnessAggregate {
+    /// Tenants holding a slot (active or idle, not yet reused).
+    pub tenants: u64,
+    /// Over tenants with at least one expected cost unit.
+    pub fair_share_ratio: Option<MinMax>,
+    /// Wait p95 in seconds, over tenants with at least one wait.
+    pub wait_p95_seconds: Option<MinMax>,
+    /// Over tenants with at least one request.
+    pub refusal_rate: Option<MinMax>,
+    /// Open starvation window in seconds, over all tenants (0 when not ready).
+    pub starvation_current_seconds: Option<MinMax>,
+    /// Longest starvation window in seconds, over all tenants.
+    pub starvation_longest_seconds: Option<MinMax>,
+}
+
+/// The per-tenant indicators of the top K tenants by requests, plus the aggregate over all.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FairnessReport {
+    /// At most K tenants, most requests first.
+    pub top: Vec<TenantIndicators>,
+    /// Over every tenant holding a slot.
+    pub aggregate: FairnessAggregate,
+}
+
+impl Engine {
+    /// One tenant's indicators, if it holds a slot. Reads the monotonic clock.
+    pub fn tenant_indicators(&self, key: TenantKey) -> Option<TenantIndicators> {
+        self.tenant_indicators_at(key, crate::clock::now_ns())
+    }
+
+    /// One tenant's indicators at `now` (monotonic ns), if it holds a slot. Lock-free: pins the
+    /// slot (so it cannot be reused meanwhile) and reads its atomics.
+    pub fn tenant_indicators_at(&self, key: TenantKey, now: u64) -> Option<TenantIndicators> {
+        let t = self.tenants.pin_existing(key.get())?;
+        let out = self.read_indicators(self.tenants.slot(t), now);
+        self.tenants.release(t, crate::tenant::LIVE_ONE, 0);
+        Some(out)
+    }
+
+    /// The top `indicator_top_k` tenants by requests and the aggregate over all tenants, at the
+    /// monotonic clock's now.
+    pub fn fairness_report(&self) -> FairnessReport {
+        self.fairness_report_at(crate::clock::now_ns())
+    }
+
+    /// `fairness_report` at `now`. Scans the tenant table once (O(max_tenants), off the hot
+    /// path, no lock): slots are read without pinning, so a slot reused during the scan may show
+    /// a mixed snapshot for that one tenant.
+    pub fn fairness_report_at(&self, now: u64) -> FairnessReport {
+        let k = self.config.indicator_top_k as usize;
+        let mut aggregate = FairnessAggregate::default();
+        // A min-heap of the K largest (requests, slot index): O(n log K), K entries of memory.
+        let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(k + 1);
+        for (index, slot) in self.tenants.slots().iter().enumerate() {
+            // Relaxed: a snapshot; see the method docs.
+            if slot.key.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let ind = self.read_indicators(slot, now);
+            aggregate.tenants += 1;
+            if let Some(r) = ind.fair_share_ratio {
+                MinMax::add(&mut aggregate.fair_share_ratio, r);
+            }
+            if let Some(p) = ind.wait_p95_ns {
+                MinMax::add(&mut aggregate.wait_p95_seconds, p as f64 / 1e9);
+            }
+            if let Some(r) = ind.refusal_rate {
+                MinMax::add(&mut aggregate.refusal_rate, r);
+            }
+            MinMax::add(
+                &mut aggregate.starvation_current_seconds,
+                ind.starvation_current_ns as f64 / 1e9,
+            );
+            MinMax::add(
+                &mut aggregate.starvation_longest_seconds,
+                ind.starvation_longest_ns as f64 / 1e9,
+            );
+            if k > 0 {
+                heap.push(Reverse((ind.requests, index as u32)));
+                if heap.len() > k {
+                    heap.pop();
+                }
+            }
+        }
+        let mut picked = heap.into_vec();
+        picked.sort_unstable(); // `Reverse`: most requests first
+        let top = picked
+            .into_iter()
+            .map(|Reverse((_, index))| {
+                self.read_indicators(&self.tenants.slots()[index as usize], now)
+            })
+            .collect();
+        FairnessReport { top, aggregate }
+    }
+
+    pub(crate) fn read_indicators(&self, slot: &TenantSlot, now: u64) -> TenantIndicators {
+        // Relaxed everywhere: indicators are a snapshot (see the module docs).
+        let fair = &slot.fair;
+        let weight = slot.weight.load(Ordering::Relaxed);
+        let class = slot.class.load(Ordering::Relaxed);
+        let requests = fair.requests.load(Ordering::Relaxed);
+        let accepted = fair.accepted.load(Ordering::Relaxed);
+        let refused = requests
+            .saturating_sub(accepted)
+            .saturating_add(fair.refused_after_wait.load(Ordering::Relaxed))
+            .min(requests);
+        let since = fair.ready_since();
+        let mut expected = fair.expected.load(Ordering::Relaxed);
+        if since.is_some() {
+            let mark = fair.service_mark.load(Ordering::Relaxed);
+            expected =
+                expected.saturating_add(accrued(self.service_now().wrapping_sub(mark), weight));
+        }
+        let expected_cost = expected as f64 / f64::from(1u32 << EXPECTED_SHIFT);
+        let granted_cost = slot.granted_cost.load(Ordering::Relaxed);
+        let counts = fair.waits.counts();
+        let current = since.map_or(0, |s| now.saturating_sub(s));
+        TenantIndicators {
+            tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
+            weight,
+            effective_weight: self.classes.weight(class),
+            boosted: fair.boost.load(Ordering::Relaxed) != 0,
+            ready: since.is_some(),
+            requests,
+            refused,
+            refusal_rate: (requests > 0).then(|| refused as f64 / requests as f64),
+            granted: slot.granted.load(Ordering::Relaxed),
+            granted_cost,
+            expected_cost,
+            fair_share_ratio: (expected_cost >= 1.0).then(|| granted_cost as f64 / expected_cost),
+            waits: counts.iter().sum(),
+            wait_p95_ns: quantile_ns(&counts, WAIT_QUANTILE),
+            starvation_current_ns: current,
+            starvation_longest_ns: fair.longest_starved.load(Ordering::Relaxed).max(current),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accrual_converts_fixed_point() {
+        // One grant of cost 1 with W = 4: a weight-1 tenant expects a quarter unit.
+        let delta = (1u64 << SERVICE_SHIFT) / 4;
+        assert_eq!(accrued(delta, 1), 1 << (EXPECTED_SHIFT - 2));
+        assert_eq!(accrued(delta, 4), 1 << EXPECTED_SHIFT);
+        assert_eq!(
+            accrued(u64::MAX, 10_000),
+            (u128::from(u64::MAX) * 10_000 >> 24) as u64
+        );
+    }
+
+    #[test]
+    fn window_opens_on_ready_and_closes_on_grant_or_leave() {
+        let f = TenantFairness::new();
+        f.became_ready(100, 0);
+        assert_eq!(f.ready_since(), Some(100));
+        f.became_ready(150, 0); // already ready: unchanged
+        f.granted(400, 1 << SERVICE_SHIFT, 1);
+        assert_eq!(f.longest_starved.load(Ordering::Relaxed), 300);
+        assert_eq!(f.ready_since(), Some(400));
+        f.left_ready(450, 1 << SERVICE_SHIFT, 1);
+        assert_eq!(f.ready_since(), None);
+        assert_eq!(f.longest_starved.load(Ordering::Relaxed), 300);
+        assert_eq!(f.expected.load(Ordering::Relaxed), 1 << EXPECTED_SHIFT);
+    }
+}
