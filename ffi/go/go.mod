@@ -1,0 +1,3 @@
+module fairq.local/fairq
+
+go 1.19
