@@ -1,0 +1,216 @@
+//! Quick comparison of grant cycles: fairq against the floor, a mutex SWRR baseline and firq-core.
+//!
+//! ```text
+//! cargo run --release --example compare -- [--quick] [--json] [--threads 1,2,4] [--tenants 1,64]
+//! ```
+//!
+//! Times the same workload as `cargo bench --bench grants` (the code is shared:
+//! `benches/workload/mod.rs`). Each figure is the median of at least 5 timed repetitions, each
+//! repetition sized by a calibration run. `--quick` (short repetitions) finishes in well under 40 s
+//! on a 2-core machine. `--json` prints one JSON document on stdout instead of a table:
+//! `{"results": [{"impl", "tenants", "threads", "ns_per_cycle", "cycles_per_sec"}, ...]}`.
+//! With two or more threads, `ns_per_cycle` is wall time over all cycles of all threads (the
+//! aggregate cost), so `cycles_per_sec` is the aggregate rate.
+
+#[path = "../benches/workload/mod.rs"]
+mod workload;
+
+use std::time::Duration;
+
+use workload::{Contender, Fairq, FirqCore, Floor, MutexSwrr, Prepared, IMPLS, TENANTS};
+
+struct Options {
+    json: bool,
+    rep: Duration,
+    reps: usize,
+    threads: Vec<usize>,
+    tenants: Vec<usize>,
+    impls: Vec<String>,
+}
+
+fn list(arg: Option<String>, what: &str) -> Vec<usize> {
+    let arg = arg.unwrap_or_else(|| die(&format!("{what} needs a comma-separated list")));
+    arg.split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .unwrap_or_else(|| die(&format!("{what}: not a positive number: {n}")))
+        })
+        .collect()
+}
+
+fn die(message: &str) -> ! {
+    eprintln!("compare: {message}");
+    eprintln!(
+        "usage: compare [--quick] [--json] [--reps N] [--threads 1,2] [--tenants 1,64,1024,16384] \
+         [--impls fairq,floor,mutex_swrr,firq_core]"
+    );
+    std::process::exit(2)
+}
+
+fn options() -> Options {
+    let mut options = Options {
+        json: false,
+        rep: Duration::from_millis(100),
+        reps: 9,
+        threads: vec![1, 2],
+        tenants: TENANTS.to_vec(),
+        impls: IMPLS.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => {
+                options.rep = Duration::from_millis(20);
+                options.reps = options.reps.min(7);
+            }
+            "--json" => options.json = true,
+            "--reps" => options.reps = list(args.next(), "--reps")[0].max(5),
+            "--threads" => options.threads = list(args.next(), "--threads"),
+            "--tenants" => options.tenants = list(args.next(), "--tenants"),
+            "--impls" => {
+                let arg = args.next().unwrap_or_else(|| die("--impls needs a list"));
+                options.impls = arg.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = options.impls.iter().find(|i| !IMPLS.contains(&i.as_str())) {
+                    die(&format!("unknown impl {bad}"));
+                }
+            }
+            "--bench" => {} // cargo may pass it through
+            "-h" | "--help" => die("help"),
+            other => die(&format!("unknown argument {other}")),
+        }
+    }
+    options
+}
+
+struct Row {
+    name: &'static str,
+    tenants: usize,
+    threads: usize,
+    ns_per_cycle: f64,
+}
+
+/// Median ns per cycle (aggregate over threads) of `reps` repetitions of about `rep` each.
+fn measure<C: Contender>(tenants: usize, threads: usize, options: &Options) -> f64 {
+    let prepared = Prepared::<C>::new(tenants, threads);
+    // Calibrate (this also warms caches and the branch predictors): grow until ≥ 2 ms.
+    let mut cycles = 64u64;
+    let per_cycle = loop {
+        let took = prepared.time(cycles);
+        if took >= Duration::from_millis(2) || cycles >= 1 << 30 {
+            break took.as_secs_f64() / prepared.cycles_for(cycles) as f64;
+        }
+        cycles *= 4;
+    };
+    let cycles = ((options.rep.as_secs_f64() / per_cycle) as u64).max(threads as u64);
+    let mut samples: Vec<f64> = (0..options.reps)
+        .map(|_| {
+            let took = prepared.time(cycles);
+            took.as_nanos() as f64 / prepared.cycles_for(cycles) as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn main() {
+    let options = options();
+    let mut rows = Vec::new();
+    for &threads in &options.threads {
+        for &tenants in &options.tenants {
+            for name in IMPLS {
+                if !options.impls.iter().any(|i| i == name) {
+                    continue;
+                }
+                let ns_per_cycle = match name {
+                    "fairq" => measure::<Fairq>(tenants, threads, &options),
+                    "floor" => measure::<Floor>(tenants, threads, &options),
+                    "mutex_swrr" => measure::<MutexSwrr>(tenants, threads, &options),
+                    _ => measure::<FirqCore>(tenants, threads, &options),
+                };
+                if !options.json {
+                    eprintln!("{name:>10}  T={tenants:<6} threads={threads:<2} {ns_per_cycle:>10.1} ns/cycle");
+                }
+                rows.push(Row {
+                    name,
+                    tenants,
+                    threads,
+                    ns_per_cycle,
+                });
+            }
+        }
+    }
+    if options.json {
+        print_json(&rows);
+    } else {
+        print_table(&rows, &options);
+    }
+}
+
+fn print_json(rows: &[Row]) {
+    let entries: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "    {{\"impl\": \"{}\", \"tenants\": {}, \"threads\": {}, \"ns_per_cycle\": {:.2}, \"cycles_per_sec\": {:.0}}}",
+                r.name,
+                r.tenants,
+                r.threads,
+                r.ns_per_cycle,
+                1e9 / r.ns_per_cycle
+            )
+        })
+        .collect();
+    println!("{{\"results\": [\n{}\n]}}", entries.join(",\n"));
+}
+
+fn print_table(rows: &[Row], options: &Options) {
+    let get = |name: &str, tenants: usize, threads: usize| {
+        rows.iter()
+            .find(|r| r.name == name && r.tenants == tenants && r.threads == threads)
+            .map(|r| r.ns_per_cycle)
+    };
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "-".to_string(),
+    };
+    println!(
+        "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
+        "threads",
+        "tenants",
+        "fairq",
+        "floor",
+        "mutex_swrr",
+        "firq_core",
+        "fairq/floor",
+        "mutex_swrr/fairq",
+        "firq_core/fairq"
+    );
+    println!(
+        "{:>7} {:>7} | ns per cycle (aggregate over threads)",
+        "", ""
+    );
+    for &threads in &options.threads {
+        for &tenants in &options.tenants {
+            let fairq = get("fairq", tenants, threads);
+            let floor = get("floor", tenants, threads);
+            let mutex = get("mutex_swrr", tenants, threads);
+            let firq = get("firq_core", tenants, threads);
+            println!(
+                "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
+                threads,
+                tenants,
+                cell(fairq),
+                cell(floor),
+                cell(mutex),
+                cell(firq),
+                ratio(fairq, floor),
+                ratio(mutex, fairq),
+                ratio(firq, fairq)
+            );
+        }
+    }
+}
