@@ -58,6 +58,7 @@ pub fn write(path: &Path, scenario_name: &str, runs: &[RunResult]) -> Result<(),
                 ("sans-serif", 16),
             )
             .margin(8)
+            .margin_right(24)
             .x_label_area_size(30)
             .y_label_area_size(60)
             .build_cartesian_2d(0f64..minutes, (FLOOR_MS..top).log_scale())
@@ -65,6 +66,7 @@ pub fn write(path: &Path, scenario_name: &str, runs: &[RunResult]) -> Result<(),
         chart
             .configure_mesh()
             .x_desc("minutes")
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc("p95 wait ms")
             .y_label_formatter(&|v| {
                 if *v >= 1.0 {
@@ -83,6 +85,13 @@ pub fn write(path: &Path, scenario_name: &str, runs: &[RunResult]) -> Result<(),
                 .filter_map(|(b, v)| v.map(|v| ((b as f64 + 0.5) * bucket_min, v)))
                 .collect();
             let label = format!("{} (w{})", row.name, row.weight);
+            // Markers too: a row with grants in a single bucket (a short flood) has no line.
+            chart
+                .draw_series(
+                    data.iter()
+                        .map(|&point| Circle::new(point, 2, color.filled())),
+                )
+                .map_err(|e| fail(&e))?;
             chart
                 .draw_series(LineSeries::new(data, color.stroke_width(2)))
                 .map_err(|e| fail(&e))?
