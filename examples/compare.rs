@@ -9,6 +9,7 @@
 //! repetition sized by a calibration run. `--quick` (short repetitions) finishes in well under 40 s
 //! on a 2-core machine. `--json` prints one JSON document on stdout instead of a table:
 //! `{"results": [{"impl", "tenants", "threads", "ns_per_cycle", "cycles_per_sec"}, ...]}`.
+//! `--markdown` prints a Markdown table of millions of cycles per second (`benches/scaling.sh`).
 //! With two or more threads, `ns_per_cycle` is wall time over all cycles of all threads (the
 //! aggregate cost), so `cycles_per_sec` is the aggregate rate.
 
@@ -21,6 +22,7 @@ use workload::{Contender, Fairq, FirqCore, Floor, MutexSwrr, Prepared, IMPLS, TE
 
 struct Options {
     json: bool,
+    markdown: bool,
     rep: Duration,
     reps: usize,
     threads: Vec<usize>,
@@ -44,7 +46,7 @@ fn list(arg: Option<String>, what: &str) -> Vec<usize> {
 fn die(message: &str) -> ! {
     eprintln!("compare: {message}");
     eprintln!(
-        "usage: compare [--quick] [--json] [--reps N] [--threads 1,2] [--tenants 1,64,1024,16384] \
+        "usage: compare [--quick] [--json | --markdown] [--reps N] [--threads 1,2] [--tenants 1,64,1024,16384] \
          [--impls fairq,floor,mutex_swrr,firq_core]"
     );
     std::process::exit(2)
@@ -53,6 +55,7 @@ fn die(message: &str) -> ! {
 fn options() -> Options {
     let mut options = Options {
         json: false,
+        markdown: false,
         rep: Duration::from_millis(100),
         reps: 9,
         threads: vec![1, 2],
@@ -67,6 +70,7 @@ fn options() -> Options {
                 options.reps = options.reps.min(7);
             }
             "--json" => options.json = true,
+            "--markdown" => options.markdown = true,
             "--reps" => options.reps = list(args.next(), "--reps")[0].max(5),
             "--threads" => options.threads = list(args.next(), "--threads"),
             "--tenants" => options.tenants = list(args.next(), "--tenants"),
@@ -130,7 +134,7 @@ fn main() {
                     "mutex_swrr" => measure::<MutexSwrr>(tenants, threads, &options),
                     _ => measure::<FirqCore>(tenants, threads, &options),
                 };
-                if !options.json {
+                if !options.json && !options.markdown {
                     eprintln!("{name:>10}  T={tenants:<6} threads={threads:<2} {ns_per_cycle:>10.1} ns/cycle");
                 }
                 rows.push(Row {
@@ -144,6 +148,8 @@ fn main() {
     }
     if options.json {
         print_json(&rows);
+    } else if options.markdown {
+        print_markdown(&rows, &options);
     } else {
         print_table(&rows, &options);
     }
@@ -207,6 +213,43 @@ fn print_table(rows: &[Row], options: &Options) {
                 cell(floor),
                 cell(mutex),
                 cell(firq),
+                ratio(fairq, floor),
+                ratio(mutex, fairq),
+                ratio(firq, fairq)
+            );
+        }
+    }
+}
+
+/// Aggregate millions of cycles per second, one row per (tenants, threads), plus the ratios.
+fn print_markdown(rows: &[Row], options: &Options) {
+    let get = |name: &str, tenants: usize, threads: usize| {
+        rows.iter()
+            .find(|r| r.name == name && r.tenants == tenants && r.threads == threads)
+            .map(|r| r.ns_per_cycle)
+    };
+    let rate = |v: Option<f64>| v.map_or("-".to_string(), |ns| format!("{:.2}", 1e3 / ns));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "-".to_string(),
+    };
+    println!(
+        "| threads | tenants | fairq Mcyc/s | floor Mcyc/s | mutex_swrr Mcyc/s | firq_core Mcyc/s \
+         | fairq/floor (ns) | mutex_swrr/fairq | firq_core/fairq |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &threads in &options.threads {
+        for &tenants in &options.tenants {
+            let fairq = get("fairq", tenants, threads);
+            let floor = get("floor", tenants, threads);
+            let mutex = get("mutex_swrr", tenants, threads);
+            let firq = get("firq_core", tenants, threads);
+            println!(
+                "| {threads} | {tenants} | {} | {} | {} | {} | {} | {} | {} |",
+                rate(fairq),
+                rate(floor),
+                rate(mutex),
+                rate(firq),
                 ratio(fairq, floor),
                 ratio(mutex, fairq),
                 ratio(firq, fairq)
