@@ -1,0 +1,689 @@
+#!/usr/bin/env python3
+"""Integration test of ngx_http_fairq_module: real nginx, a capacity-limited upstream, real clients.
+
+Everything runs on 127.0.0.1 under a temporary prefix, with the Python standard library only:
+
+- an upstream (asyncio, its own process) that serves at most C requests at once, each taking a
+  fixed service time (``?sleep=ms`` overrides it per request);
+- nginx, one worker, loading the module, proxying /on/ (fairq on), /short/ (fairq on, a 20 ms
+  budget) and /off/ (fairq off) to that upstream, with /health and /metrics;
+- asyncio keep-alive HTTP/1.1 clients, each connection sending requests back to back.
+
+Checks (see ffi/nginx/README.md): fairness of a light tenant against a flood (p95 against its p95
+alone, fairq on and off), 3:1 weights, no tenant, tenant_queue_full, a budget shorter than the
+service time, client disconnects, the 429 headers and JSON body field by field, the headers of a
+request admitted after waiting, /metrics as Prometheus text matching what the clients saw, a
+health location that stays fast during the floods, and an error log without alerts or crashes.
+
+Run: ffi/nginx/test.sh (builds the module first), or
+     python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
+"""
+
+import argparse
+import asyncio
+import collections
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+C = 8               # upstream concurrency, and fairq_max_in_flight
+SERVICE_MS = 50     # upstream service time (mean)
+# Each request's service time is SERVICE_MS * (1 ± SERVICE_SPREAD), spread evenly. With an exactly
+# fixed time, requests granted together finish together and stay in lockstep (batches merge
+# and never split again): any newcomer then waits for the next batch, up to a whole service
+# time, however fair the queue, so a light tenant's p95 sits at 2x its p95 alone by
+# construction. A small spread keeps the permits' phases apart, as real service times do.
+SERVICE_SPREAD = 0.2
+TENANT_QUEUE = 48   # fairq_tenant_queue_size
+SHORT_BUDGET_MS = 20
+FLOOD_CONNS = 40    # tenant A
+LIGHT_CONNS = 2     # tenant B
+PHASE_S = 6.0
+WARMUP_S = 1.0
+
+FAILURES = []
+
+
+def check(ok, what):
+    print(("  ok   " if ok else "  FAIL ") + what, flush=True)
+    if not ok:
+        FAILURES.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values, p):
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, math.ceil(p / 100 * len(v)) - 1))]
+
+
+# ---------------------------------------------------------------------------------- upstream
+
+def run_upstream(port, concurrency, service_ms):
+    """At most `concurrency` requests in service at once, FIFO; the rest wait their turn."""
+    spread = random.Random(1)
+
+    async def main():
+        sem = asyncio.Semaphore(concurrency)
+        state = {"active": 0, "max_active": 0, "served": 0}
+
+        async def handle(reader, writer):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                target = head.split(b" ", 2)[1].decode()
+                if target.startswith("/stats"):
+                    body = json.dumps(state).encode()
+                else:
+                    m = re.search(r"[?&]sleep=(\d+)", target)
+                    delay = (int(m.group(1)) if m else service_ms * spread.uniform(
+                        1 - SERVICE_SPREAD, 1 + SERVICE_SPREAD)) / 1000
+                    async with sem:
+                        state["active"] += 1
+                        state["max_active"] = max(state["max_active"], state["active"])
+                        await asyncio.sleep(delay)
+                        state["active"] -= 1
+                        state["served"] += 1
+                    body = b"served " + target.encode() + b"\n"
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------- client
+
+class Response:
+    __slots__ = ("status", "headers", "body", "latency", "start", "end")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection to nginx."""
+
+    def __init__(self, port):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def open(self):
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def request(self, path, headers=None):
+        if self.writer is None:
+            await self.open()
+        lines = [f"GET {path} HTTP/1.1", "Host: fairq.test"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        start = time.monotonic()
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        r = Response()
+        r.status = int(status_line.split(" ")[1])
+        r.headers = {}
+        for line in header_lines:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                r.headers[k.strip().lower()] = v.strip()
+        if "content-length" in r.headers:
+            r.body = await self.reader.readexactly(int(r.headers["content-length"]))
+        elif r.headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size = int((await self.reader.readline()).strip(), 16)
+                body += await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+            r.body = body
+        else:
+            r.body = b""
+        r.end = time.monotonic()
+        r.start = start
+        r.latency = r.end - start
+        if r.headers.get("connection") == "close":
+            self.close()
+        return r
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+class Tally:
+    """Every response a client saw from a fairq location, for the /metrics cross-check."""
+
+    def __init__(self):
+        self.admitted_at_once = 0
+        self.admitted_after_wait = 0
+        self.refused = collections.Counter()
+
+    def add(self, r):
+        if r.status == 200:
+            if "x-fair-queue-position" in r.headers:
+                self.admitted_after_wait += 1
+            else:
+                self.admitted_at_once += 1
+        elif r.status == 429:
+            self.refused[r.json()["error"]["details"]["fair_queue"]["reason"]] += 1
+        else:
+            raise AssertionError(f"unexpected status {r.status}: {r.body[:200]!r}")
+
+
+async def one(port, path, tenant=None, tally=None):
+    conn = Conn(port)
+    try:
+        r = await conn.request(path, {"X-Api-Key": tenant} if tenant else None)
+    finally:
+        conn.close()
+    if tally is not None:
+        tally.add(r)
+    return r
+
+
+async def loop_tenant(port, path, tenant, conns, until, tally, out):
+    """`conns` connections of `tenant`, each sending requests back to back until `until`."""
+
+    async def worker():
+        conn = Conn(port)
+        try:
+            while time.monotonic() < until:
+                r = await conn.request(path, {"X-Api-Key": tenant})
+                if path.startswith(("/on/", "/short/")):
+                    tally.add(r)
+                out.append(r)
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(conns)))
+
+
+async def probe_health(port, until, out):
+    conn = Conn(port)
+    try:
+        while time.monotonic() < until:
+            r = await conn.request("/health")
+            assert r.status == 200
+            out.append(r.latency)
+            await asyncio.sleep(0.01)
+    finally:
+        conn.close()
+
+
+def window(responses, t0, t1):
+    return [r for r in responses if t0 <= r.start and r.end <= t1]
+
+
+# ---------------------------------------------------------------------------------- checks
+
+def check_refusal(r, reason, dimension="api_key", position=None, min_wait_ms=None,
+                  max_wait_ms=None):
+    """A 429 of the module: headers and JSON body, field by field."""
+    ok = r.status == 429
+    check(ok, f"{reason}: status 429 (got {r.status})")
+    if not ok:
+        return
+    h = r.headers
+    check(h.get("content-type") == "application/json",
+          f"{reason}: Content-Type application/json ({h.get('content-type')})")
+    check(h.get("retry-after", "").isdigit() and int(h["retry-after"]) >= 1,
+          f"{reason}: Retry-After is whole seconds >= 1 ({h.get('retry-after')})")
+    body = r.json()
+    err = body.get("error", {})
+    fq = err.get("details", {}).get("fair_queue", {})
+    check(set(body) == {"error"} and err.get("type") == "rate_limited",
+          f"{reason}: error.type rate_limited")
+    check(set(fq) == {"tenant_dimension", "reason", "position", "wait_ms"},
+          f"{reason}: details.fair_queue has exactly tenant_dimension, reason, position, "
+          f"wait_ms ({sorted(fq)})")
+    check(fq.get("tenant_dimension") == dimension,
+          f"{reason}: tenant_dimension {dimension} ({fq.get('tenant_dimension')})")
+    check(fq.get("reason") == reason, f"{reason}: reason ({fq.get('reason')})")
+    check(isinstance(fq.get("position"), int) and isinstance(fq.get("wait_ms"), int),
+          f"{reason}: position and wait_ms are integers")
+    check(h.get("x-fair-queue-position") == str(fq.get("position")),
+          f"{reason}: x-fair-queue-position {h.get('x-fair-queue-position')} == body "
+          f"position {fq.get('position')}")
+    check(h.get("x-fair-queue-wait-ms") == str(fq.get("wait_ms")),
+          f"{reason}: x-fair-queue-wait-ms {h.get('x-fair-queue-wait-ms')} == body "
+          f"wait_ms {fq.get('wait_ms')}")
+    if position is not None:
+        check(fq.get("position") == position,
+              f"{reason}: position {position} ({fq.get('position')})")
+    if min_wait_ms is not None:
+        check(fq.get("wait_ms", -1) >= min_wait_ms,
+              f"{reason}: wait_ms >= {min_wait_ms} ({fq.get('wait_ms')})")
+    if max_wait_ms is not None:
+        check(fq.get("wait_ms", 1 << 60) <= max_wait_ms,
+              f"{reason}: wait_ms <= {max_wait_ms} ({fq.get('wait_ms')})")
+
+
+PROM_SAMPLE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"'
+    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*")*,?)?\})? '
+    r'([-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))(?: -?[0-9]+)?$')
+
+
+def parse_prometheus(text):
+    """Parses the text exposition format (0.0.4) strictly: {(name, labels): value}."""
+    samples, types, errors = {}, {}, []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[1] == "TYPE":
+                if len(parts) != 4 or parts[3] not in (
+                        "counter", "gauge", "histogram", "summary", "untyped"):
+                    errors.append(f"line {n}: bad TYPE: {line}")
+                types[parts[2]] = parts[3]
+            continue
+        m = PROM_SAMPLE.match(line)
+        if not m:
+            errors.append(f"line {n}: not a sample: {line}")
+            continue
+        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
+                                         m.group(2) or "")))
+        family = re.sub(r"_(bucket|sum|count)$", "", m.group(1))
+        if m.group(1) not in types and family not in types:
+            errors.append(f"line {n}: sample without a TYPE: {m.group(1)}")
+        samples[(m.group(1), labels)] = float(m.group(3))
+    return samples, types, errors
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+# ---------------------------------------------------------------------------------- nginx
+
+NGINX_CONF = """\
+# Written by ffi/nginx/test_nginx.py.
+load_module {module};
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log info;
+
+events {{
+    worker_connections 4096;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+
+    fairq_tenant_dimension api_key;
+    fairq_max_in_flight {c};
+    fairq_queue_size 1024;
+    fairq_tenant_queue_size {tenant_queue};
+    fairq_max_tenants 256;
+    fairq_default_weight 1;
+    fairq_weight gold 3;
+    fairq_max_wait 30s;
+
+    upstream backend {{
+        server 127.0.0.1:{upstream_port};
+    }}
+
+    server {{
+        listen 127.0.0.1:{port};
+        fairq_tenant $http_x_api_key;
+
+        location /on/ {{
+            fairq on;
+            proxy_pass http://backend;
+        }}
+        location /short/ {{
+            fairq on;
+            fairq_max_wait {short_budget}ms;
+            proxy_pass http://backend;
+        }}
+        location /off/ {{
+            proxy_pass http://backend;
+        }}
+        location = /health {{
+            return 200 "ok\\n";
+        }}
+        location = /metrics {{
+            fairq_metrics;
+        }}
+    }}
+}}
+"""
+
+
+async def wait_port(port, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+# ---------------------------------------------------------------------------------- scenarios
+
+async def light_vs_flood(port, tally, health):
+    """B alone, then A (40 conns) + B (2 conns) with fairq on, then with fairq off."""
+    results = {}
+    for label, path, flood in (("alone", "/on/", False), ("on", "/on/", True),
+                               ("off", "/off/", True)):
+        t0 = time.monotonic()
+        until = t0 + (4.0 if label == "alone" else PHASE_S)
+        a, b = [], []
+        tasks = [loop_tenant(port, path, "tenant-b", LIGHT_CONNS, until, tally, b),
+                 probe_health(port, until, health)]
+        if flood:
+            tasks.append(loop_tenant(port, path, "tenant-a", FLOOD_CONNS, until, tally, a))
+        await asyncio.gather(*tasks)
+        bw = window(b, t0 + WARMUP_S, until)
+        aw = window(a, t0 + WARMUP_S, until)
+        results[label] = {
+            "b_p50": pct([r.latency for r in bw], 50) * 1000,
+            "b_p95": pct([r.latency for r in bw], 95) * 1000,
+            "b_n": len(bw),
+            "a_p95": pct([r.latency for r in aw], 95) * 1000 if aw else None,
+            "a_n": len(aw),
+            "statuses": collections.Counter(r.status for r in a + b),
+            "b_wait_p95": pct([int(r.headers.get("x-fair-queue-wait-ms", 0)) for r in bw], 95),
+            "b_waited": sum(1 for r in bw if "x-fair-queue-wait-ms" in r.headers),
+        }
+        r = results[label]
+        print(f"  {label:5s} B: n={r['b_n']:4d} p50={r['b_p50']:7.1f} ms "
+              f"p95={r['b_p95']:7.1f} ms queued {r['b_waited']:3d}x p95 {r['b_wait_p95']:4d} ms"
+              + (f" | A: n={r['a_n']:4d} p95={r['a_p95']:7.1f} ms"
+                                              if aw else ""), flush=True)
+        await asyncio.sleep(0.3)
+    return results
+
+
+async def weighted(port, tally, health):
+    """gold (weight 3) and iron (default weight 1) both flood; count completions."""
+    t0 = time.monotonic()
+    until = t0 + PHASE_S
+    gold, iron = [], []
+    await asyncio.gather(loop_tenant(port, "/on/", "gold", 16, until, tally, gold),
+                         loop_tenant(port, "/on/", "iron", 16, until, tally, iron),
+                         probe_health(port, until, health))
+    # Both are backlogged throughout the window: count what completed inside it.
+    t1, t2 = t0 + WARMUP_S, until - 0.2
+    g = sum(1 for r in gold if r.status == 200 and t1 <= r.end <= t2)
+    i = sum(1 for r in iron if r.status == 200 and t1 <= r.end <= t2)
+    return g, i
+
+
+async def holders(port, tally, n, sleep_ms):
+    """Occupies every permit with `n` slow requests of tenant "holder"."""
+    return [asyncio.create_task(one(port, f"/on/?sleep={sleep_ms}", "holder", tally))
+            for _ in range(n)]
+
+
+async def edge_cases(port, tally):
+    print("- no tenant", flush=True)
+    r = await one(port, "/on/", None, tally)
+    check(r.latency < 0.05, f"no tenant: answered at once ({r.latency * 1000:.1f} ms)")
+    check_refusal(r, "no_tenant", position=0, max_wait_ms=0)
+    r = await one(port, "/on/", "", tally)
+    check(r.status == 429 and r.json()["error"]["details"]["fair_queue"]["reason"]
+          == "no_tenant", "empty tenant header: 429 no_tenant")
+
+    print(f"- flood past fairq_tenant_queue_size ({TENANT_QUEUE})", flush=True)
+    hold = await holders(port, tally, C, 1500)
+    await asyncio.sleep(0.2)
+    n = TENANT_QUEUE + 12
+    flood = [asyncio.create_task(one(port, "/on/?sleep=5", "flooder", tally)) for _ in range(n)]
+    # A client that goes away while queued cancels its ticket.
+    await asyncio.sleep(0.3)
+    quitter = Conn(port)
+    await quitter.open()
+    quitter.writer.write(b"GET /on/ HTTP/1.1\r\nHost: fairq.test\r\nX-Api-Key: quitter\r\n\r\n")
+    await quitter.writer.drain()
+    await asyncio.sleep(0.2)
+    quitter.close()
+    flood = await asyncio.gather(*flood)
+    await asyncio.gather(*hold)
+    refused = [r for r in flood if r.status == 429]
+    admitted = [r for r in flood if r.status == 200]
+    check(len(refused) == n - TENANT_QUEUE and len(admitted) == TENANT_QUEUE,
+          f"{n} requests, {TENANT_QUEUE} queued: {len(admitted)} admitted, {len(refused)} "
+          f"refused")
+    check(all(r.latency < 0.5 for r in refused),
+          f"tenant_queue_full answered at once (max {max(r.latency for r in refused) * 1000:.0f}"
+          f" ms)" if refused else "tenant_queue_full answered at once")
+    if refused:
+        check_refusal(refused[0], "tenant_queue_full", position=TENANT_QUEUE + 1, max_wait_ms=0)
+        check(all(r.json()["error"]["details"]["fair_queue"]["reason"] == "tenant_queue_full"
+                  and r.json()["error"]["details"]["fair_queue"]["position"] == TENANT_QUEUE + 1
+                  for r in refused),
+              f"every refusal: tenant_queue_full at position {TENANT_QUEUE + 1}")
+    positions = sorted(int(r.headers.get("x-fair-queue-position", 0)) for r in admitted)
+    check(positions == list(range(1, TENANT_QUEUE + 1)),
+          f"admitted after waiting: x-fair-queue-position 1..{TENANT_QUEUE}, each once "
+          f"({positions[:3]}…{positions[-3:]})")
+    if admitted:
+        r = min(admitted, key=lambda r: int(r.headers.get("x-fair-queue-position", 0)))
+        h = r.headers
+        print(f"  first admitted after waiting: position={h.get('x-fair-queue-position')} "
+              f"wait-ms={h.get('x-fair-queue-wait-ms')} "
+              f"estimated-wait-ms={h.get('x-fair-queue-estimated-wait-ms')} "
+              f"latency={r.latency * 1000:.0f} ms", flush=True)
+        check(all(k in h and h[k].isdigit() for k in (
+            "x-fair-queue-position", "x-fair-queue-wait-ms", "x-fair-queue-estimated-wait-ms")
+                  for r in admitted for h in [r.headers]),
+              "admitted after waiting: x-fair-queue-position, -wait-ms, -estimated-wait-ms "
+              "are integers on every response")
+        waits = [int(r.headers["x-fair-queue-wait-ms"]) for r in admitted]
+        check(min(waits) >= 800 and max(waits) <= 3000,
+              f"admitted after waiting: wait-ms covers the holders' 1.5 s "
+              f"({min(waits)}..{max(waits)} ms)")
+        check(all(r.body.startswith(b"served /on/") for r in admitted),
+              "admitted after waiting: the upstream's response")
+
+    print(f"- budget {SHORT_BUDGET_MS} ms shorter than the service time", flush=True)
+    hold = await holders(port, tally, C, 600)
+    await asyncio.sleep(0.2)
+    hasty = await asyncio.gather(*(one(port, "/short/", "hasty", tally) for _ in range(3)))
+    await asyncio.gather(*hold)
+    for r in hasty:
+        check(r.status == 429, f"short budget: 429 ({r.status}, {r.latency * 1000:.0f} ms)")
+    if all(r.status == 429 for r in hasty):
+        reasons = {r.json()["error"]["details"]["fair_queue"]["reason"] for r in hasty}
+        check(reasons <= {"deadline_exceeded", "wait_exceeds_budget"},
+              f"short budget: deadline_exceeded or wait_exceeds_budget ({reasons})")
+        r = hasty[0]
+        check_refusal(r, r.json()["error"]["details"]["fair_queue"]["reason"],
+                      min_wait_ms=SHORT_BUDGET_MS, max_wait_ms=SHORT_BUDGET_MS + 200)
+        check(all(r.latency < (SHORT_BUDGET_MS + 200) / 1000 for r in hasty),
+              f"short budget: answered near the budget, not after the holders "
+              f"({', '.join(f'{r.latency * 1000:.0f}' for r in hasty)} ms)")
+        check(sorted(r.json()["error"]["details"]["fair_queue"]["position"] for r in hasty)
+              == [1, 2, 3], "short budget: positions 1, 2, 3")
+
+
+async def run(args):
+    prefix = tempfile.mkdtemp(prefix="fairq-nginx-")
+    os.chmod(prefix, 0o755)
+    port, upstream_port = free_port(), free_port()
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
+                                  c=C, tenant_queue=TENANT_QUEUE, upstream_port=upstream_port,
+                                  port=port, short_budget=SHORT_BUDGET_MS))
+    print(f"prefix {prefix}, nginx on 127.0.0.1:{port}, upstream on 127.0.0.1:{upstream_port} "
+          f"(at most {C} at once, {SERVICE_MS} ms ± {SERVICE_SPREAD:.0%} each)", flush=True)
+
+    upstream = subprocess.Popen([sys.executable, __file__, "--upstream", str(upstream_port)])
+    nginx = None
+    try:
+        test = subprocess.run([args.nginx, "-t", "-p", prefix, "-c", conf],
+                              capture_output=True, text=True)
+        check(test.returncode == 0, "nginx -t accepts the configuration")
+        if test.returncode != 0:
+            print(test.stderr)
+            return
+        nginx = subprocess.Popen([args.nginx, "-p", prefix, "-c", conf])
+        await wait_port(port)
+        await wait_port(upstream_port)
+
+        tally, health = Tally(), []
+        print("- light tenant B (2 conns) against flooding tenant A (40 conns)", flush=True)
+        lat = await light_vs_flood(port, tally, health)
+        alone, on, off = lat["alone"]["b_p95"], lat["on"]["b_p95"], lat["off"]["b_p95"]
+        for label in ("on", "off"):
+            check(set(lat[label]["statuses"]) == {200},
+                  f"fairq {label}: every request served ({dict(lat[label]['statuses'])})")
+        check(on <= 2 * alone, f"fairq on: B p95 {on:.1f} ms <= 2 x alone {alone:.1f} ms "
+                               f"(ratio {on / alone:.2f})")
+        check(off >= 3 * alone and off >= 2 * on,
+              f"fairq off: B p95 {off:.1f} ms is clearly worse (x{off / alone:.1f} alone, "
+              f"x{off / on:.1f} fairq on)")
+
+        print("- weights 3:1 (gold 3, iron 1), 16 conns each", flush=True)
+        g, i = await weighted(port, tally, health)
+        ratio = g / i if i else float("inf")
+        print(f"  completed in the window: gold {g}, iron {i}, ratio {ratio:.2f}", flush=True)
+        check(abs(ratio - 3) <= 0.3, f"completed-request ratio {ratio:.2f} within 10% of 3")
+
+        h99 = pct(health, 99) * 1000
+        print(f"  health during the floods: n={len(health)} p50={pct(health, 50) * 1000:.1f} ms "
+              f"p99={h99:.1f} ms max={max(health) * 1000:.1f} ms", flush=True)
+        check(h99 < 50, f"health p99 {h99:.1f} ms < 50 ms during the floods")
+
+        await edge_cases(port, tally)
+
+        print("- /metrics", flush=True)
+        await asyncio.sleep(0.3)
+        r = await one(port, "/metrics")
+        text = r.body.decode()
+        check(r.status == 200 and r.headers.get("content-type", "").startswith("text/plain"),
+              f"/metrics: 200 text/plain ({r.status} {r.headers.get('content-type')})")
+        samples, types, errors = parse_prometheus(text)
+        check(not errors, f"/metrics parses as Prometheus text ({len(samples)} samples, "
+                          f"{len(types)} families){': ' + '; '.join(errors[:3]) if errors else ''}")
+        dim = {"tenant_dimension": "api_key"}
+        admitted = tally.admitted_at_once + tally.admitted_after_wait
+        grants = metric(samples, "rate_limit_fair_queue_grants_total", **dim)
+        check(grants == admitted, f"grants_total {grants} == 200s the clients saw {admitted}")
+        check(metric(samples, "fairq_nginx_admitted_total", after_wait="false")
+              == tally.admitted_at_once
+              and metric(samples, "fairq_nginx_admitted_total", after_wait="true")
+              == tally.admitted_after_wait,
+              f"fairq_nginx_admitted_total at once / after wait == clients' "
+              f"{tally.admitted_at_once} / {tally.admitted_after_wait}")
+        timeouts = metric(samples, "fairq_nginx_budget_timeouts_total")
+        cancels = metric(samples, "fairq_nginx_client_cancels_total")
+        print(f"  clients saw: {admitted} admitted ({tally.admitted_after_wait} after waiting), "
+              f"refused {dict(tally.refused)}; module: {timeouts:.0f} budget timeouts, "
+              f"{cancels:.0f} client cancels", flush=True)
+        for reason in ("no_tenant", "tenant_queue_full", "queue_full", "tenant_table_full",
+                       "wait_exceeds_budget"):
+            engine = metric(samples, "rate_limit_fair_queue_refused_total", reason=reason, **dim)
+            check(engine == tally.refused[reason],
+                  f"refused_total{{reason={reason}}} {engine} == clients' {tally.refused[reason]}")
+        engine_dl = metric(samples, "rate_limit_fair_queue_refused_total",
+                           reason="deadline_exceeded", **dim)
+        check(engine_dl + timeouts == tally.refused["deadline_exceeded"],
+              f"deadline_exceeded: engine {engine_dl} + module budget timeouts {timeouts} == "
+              f"clients' {tally.refused['deadline_exceeded']}")
+        engine_cancelled = metric(samples, "rate_limit_fair_queue_refused_total",
+                                  reason="cancelled", **dim)
+        check(cancels == 1 and engine_cancelled == timeouts + cancels,
+              f"one client went away: client cancels {cancels}, engine cancelled "
+              f"{engine_cancelled} == budget timeouts + client cancels")
+        for reason, n in tally.refused.items():
+            m = metric(samples, "fairq_nginx_refused_total", reason=reason)
+            check(m == n, f"fairq_nginx_refused_total{{reason={reason}}} {m} == clients' {n}")
+        check(metric(samples, "rate_limit_fair_queue_depth") == 0
+              and metric(samples, "rate_limit_fair_queue_in_flight") == 0,
+              "depth and in_flight back to 0")
+        waits = metric(samples, "rate_limit_fair_queue_wait_seconds_count", **dim)
+        check(waits is not None and waits >= grants,
+              f"wait_seconds histogram counts every grant ({waits})")
+
+        stats = json.loads((await one(upstream_port, "/stats")).body)
+        check(stats["max_active"] <= C, f"upstream never served more than {C} at once "
+                                        f"(max {stats['max_active']})")
+
+        print(f"\nMEASURED: B p95 alone {alone:.1f} ms | fairq on {on:.1f} ms "
+              f"(x{on / alone:.2f}) | fairq off {off:.1f} ms (x{off / alone:.2f}); "
+              f"weights 3:1 -> {g}:{i} = {ratio:.2f}; health p99 {h99:.1f} ms", flush=True)
+    finally:
+        if nginx is not None:
+            nginx.send_signal(signal.SIGQUIT)   # graceful: workers finish, exit_process runs
+            try:
+                nginx.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+                check(False, "nginx quits gracefully")
+        upstream.terminate()
+        upstream.wait()
+        log_path = os.path.join(prefix, "error.log")
+        log = open(log_path).read() if os.path.exists(log_path) else ""
+        bad = [line for line in log.splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal|segfault|core dumped",
+                            line)]
+        check(not bad, f"error log: no alerts or crashes ({len(log.splitlines())} lines)"
+                       + ("".join("\n      " + line for line in bad[:5])))
+        if FAILURES and not args.keep:
+            print(f"(kept {prefix} for inspection)")
+        elif not args.keep:
+            shutil.rmtree(prefix, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--module", help="path of ngx_http_fairq_module.so")
+    ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
+    ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.upstream:
+        run_upstream(args.upstream, C, SERVICE_MS)
+        return
+    if not args.module:
+        ap.error("--module is required")
+    started = time.monotonic()
+    asyncio.run(run(args))
+    print(f"\n{'FAILED' if FAILURES else 'PASSED'} in {time.monotonic() - started:.0f} s"
+          + (f": {len(FAILURES)} checks failed" if FAILURES else ""))
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
