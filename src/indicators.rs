@@ -533,7 +533,7 @@ mod tests {
         assert_eq!(accrued(delta, 4), 1 << EXPECTED_SHIFT);
         assert_eq!(
             accrued(u64::MAX, 10_000),
-            (u128::from(u64::MAX) * 10_000 >> 24) as u64
+            ((u128::from(u64::MAX) * 10_000) >> 24) as u64
         );
     }
 

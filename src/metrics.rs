@@ -32,6 +32,9 @@ use crate::types::Reason;
 /// Metric name prefix.
 const P: &str = "rate_limit_fair_queue";
 
+/// A family rendered from a list of items: name, type, help, and the value of one item.
+type Family<T, V> = (&'static str, &'static str, &'static str, fn(&T) -> V);
+
 impl Engine {
     /// Renders the metrics in the Prometheus text format (version 0.0.4), at the monotonic
     /// clock's now.
@@ -129,7 +132,7 @@ impl Engine {
     fn write_indicators(&self, out: &mut String, d: &str, now: u64) {
         let report = self.fairness_report_at(now);
         let top = &report.top;
-        let per_tenant: [(&str, &str, &str, fn(&TenantIndicators) -> Option<f64>); 6] = [
+        let per_tenant: [Family<TenantIndicators, Option<f64>>; 6] = [
             (
                 "tenant_fair_share_ratio",
                 "gauge",
@@ -278,7 +281,7 @@ impl Engine {
         if pools.is_empty() {
             return;
         }
-        let series: [(&str, &str, &str, fn(&(u64, u64, u64)) -> u64); 3] = [
+        let series: [Family<(u64, u64, u64), u64>; 3] = [
             (
                 "downstream_in_flight",
                 "gauge",

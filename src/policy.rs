@@ -13,7 +13,7 @@
 //! or P % of all grants. fairq applies it to each **weight class** (the tenants of one weight,
 //! i.e. one tier), whose tenants share it round robin; a weight-1 tenant alone in its class gets
 //! all of it. A class with ready tenants is *due* when it has had no grant for `60 s / N`, or for
-//! `⌊100 / P⌋` grants of the whole engine, whichever comes first; so it receives at least
+//! `⌊100 / P⌋ - 1` grants of the whole engine in a row, whichever comes first; so it receives at least
 //! `max(N per minute, P % of grants)` while it stays ready (less only if the engine itself grants
 //! less than that). `next_grant` serves the due class that waited longest *before* running SWRR,
 //! and such a guard grant takes no SWRR step: no class's SWRR credit changes, so SWRR's own
@@ -382,9 +382,11 @@ impl PolicyState {
         PolicyState {
             guard: policy.starvation_guard.map(|g| GuardState {
                 gap_ns: 60_000 * MS / u64::from(g.min_grants_per_minute),
+                // Due once the others had `⌊100/P⌋ - 1` grants in a row: so at least one
+                // grant in every `⌊100/P⌋` is the class's.
                 gap_grants: match g.min_share_percent {
                     0 => u64::MAX,
-                    p => 100 / u64::from(p),
+                    p => 100 / u64::from(p) - 1,
                 },
                 seq: CachePadded::new(AtomicU64::new(0)),
                 guard_grants: AtomicU64::new(0),
