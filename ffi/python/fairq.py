@@ -376,7 +376,7 @@ class Engine:
 
     def close(self):
         """Releases the engine. Idempotent. No other call may run during or after it."""
-        handle, self._handle = self._handle, None
+        handle, self._handle = getattr(self, "_handle", None), None
         if handle:
             _lib.fairq_engine_free(handle)
 
@@ -388,8 +388,10 @@ class Engine:
         return False
 
     def __del__(self):
-        if getattr(self, "_handle", None):
+        try:
             self.close()
+        except Exception:  # interpreter shutdown may have torn down the module already
+            pass
 
     # -- switches and weights
 

@@ -21,6 +21,13 @@ pub struct fairq_engine {
 /// "fairq-en" in ASCII.
 pub(crate) const ENGINE_MAGIC: u64 = 0x6661_6972_712d_656e;
 
+// The header promises that every call but `fairq_engine_free` may run concurrently from any
+// thread: that rests on the handle being `Send + Sync`. This fails to compile if it stops being.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<fairq_engine>();
+};
+
 /// How an engine is sized and what it does. Start from `fairq_config_default`, then change
 /// fields. Ranges are checked by `fairq_config_check` and `fairq_engine_new`.
 #[repr(C)]
