@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Integration test of ngx_http_fairq_module against Debian's nginx: builds the module
+# (build.sh), then runs test_nginx.py (real nginx on 127.0.0.1, a temporary prefix, a
+# capacity-limited asyncio upstream and asyncio clients). About 30 s after the build.
+#
+# Installs nginx and nginx-dev with apt-get when they are missing and this runs as root.
+# FAIRQ_SKIP_NGINX=1 skips the test (for machines without nginx or apt).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+if [ "${FAIRQ_SKIP_NGINX:-0}" = 1 ]; then
+    echo "nginx test skipped (FAIRQ_SKIP_NGINX=1)"
+    exit 0
+fi
+
+if ! command -v nginx >/dev/null || [ ! -x /usr/share/nginx/src/configure ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing nginx nginx-dev"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx nginx-dev >/dev/null
+    else
+        echo "test.sh: needs nginx and nginx-dev (apt-get install -y nginx nginx-dev)" >&2
+        exit 1
+    fi
+fi
+
+module=$("$here/build.sh" | tail -n 1)
+exec python3 "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@"
