@@ -189,7 +189,7 @@ fn r5_weights_replaced_at_run_time_take_effect_for_live_tenants() {
         (60..=62).contains(&counts[0]),
         "after the swap a gets ~3/4: {counts:?}"
     );
-    engine.replace_weights([("b", 3)].into_iter(), 1).unwrap();
+    engine.replace_weights([("b", 3)], 1).unwrap();
     assert_eq!(engine.weight_of(key("a")), 1);
     assert_eq!(engine.weight_of(key("b")), 3);
     let counts = shares(&engine, &["a", "b"], 81, 0);
