@@ -318,6 +318,57 @@ typedef struct fairq_stats {
     uint64_t refused[FAIRQ_REASON_SLOTS];
 } fairq_stats;
 
+// One tenant's fairness indicators (`fairq_tenant_indicators`; in C a typedef and a function
+// cannot share a name), cumulative since the tenant took its slot (see the README,
+// "Metrics and fairness indicators", for the exact definitions). A ratio that is not defined
+// yet is NaN.
+typedef struct fairq_indicators {
+    // The tenant key.
+    uint64_t tenant_key;
+    // `enqueue` calls that reached the tenant's slot.
+    uint64_t requests;
+    // Refused on arrival or after waiting (cancellations excluded).
+    uint64_t refused;
+    // Grants made.
+    uint64_t granted;
+    // Cost units granted.
+    uint64_t granted_cost;
+    // Requests that left the queue (granted or expired): the wait samples.
+    uint64_t waits;
+    // 0.95 quantile of the waits, in ns (0 when `waits` is 0).
+    uint64_t wait_p95_ns;
+    // Age of the open starvation window (ready, no grant), in ns; 0 when not ready.
+    uint64_t starvation_current_ns;
+    // Longest starvation window so far, the open one included, in ns.
+    uint64_t starvation_longest_ns;
+    // `refused / requests`; NaN before any request.
+    double refusal_rate;
+    // Cost units expected by weight while ready.
+    double expected_cost;
+    // `granted_cost / expected_cost`; NaN until one unit is expected.
+    double fair_share_ratio;
+    // Configured weight (tier, `fairq_set_weight`, or the default).
+    uint32_t weight;
+    // Weight the scheduler uses now (the feedback controller may have nudged it).
+    uint32_t effective_weight;
+    // 1 while the tenant holds a +1 wait boost.
+    uint32_t boosted;
+    // 1 while the tenant is ready (its head could be granted now).
+    uint32_t ready;
+} fairq_indicators;
+
+// What one `fairq_tick` did.
+typedef struct fairq_tick_report {
+    // Wait boosts started.
+    uint32_t boosts_started;
+    // 1 when the feedback controller's period had passed and it ran.
+    uint32_t feedback_ran;
+    // Effective weights raised by 1.
+    uint32_t weights_raised;
+    // Effective weights lowered by 1.
+    uint32_t weights_lowered;
+} fairq_tick_report;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -588,6 +639,41 @@ const char *fairq_reason_str(uint32_t reason);
 // The snake_case name of a dimension (`"user"`, `"api_key"`, ...); `"unknown"` for any other
 // number. The string is static: never free it.
 const char *fairq_dimension_str(uint32_t dimension);
+
+// `fairq_tenant_indicators_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_tenant_indicators_at`.
+int32_t fairq_tenant_indicators(const struct fairq_engine *engine,
+                                uint64_t tenant_key,
+                                struct fairq_indicators *out);
+
+// Reads one tenant's fairness indicators, with starvation windows measured at `now_ns`.
+// Lock-free. `FAIRQ_OK` fills `*out`; `FAIRQ_NOT_FOUND` when the tenant holds no slot (never
+// seen, or its idle slot was reused). `FAIRQ_ERR_INVALID_ARGUMENT` for key 0.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_tenant_indicators_at(const struct fairq_engine *engine,
+                                   uint64_t tenant_key,
+                                   uint64_t now_ns,
+                                   struct fairq_indicators *out);
+
+// `fairq_tick_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_tick_at`.
+int32_t fairq_tick(const struct fairq_engine *engine, struct fairq_tick_report *report);
+
+// Runs the slow policies on the caller's thread: starts due wait boosts and, once per feedback
+// period, nudges weights. Call it about once a second when a wait boost or the feedback
+// controller is configured; it does nothing otherwise. `report` may be NULL.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `report` must be NULL or writable.
+int32_t fairq_tick_at(const struct fairq_engine *engine,
+                      uint64_t now_ns,
+                      struct fairq_tick_report *report);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -534,3 +534,59 @@ fn top_k_is_bounded_by_config() {
     .unwrap();
     assert_eq!(err.field, "indicator_top_k");
 }
+
+#[test]
+fn c_api_reads_one_tenants_indicators_by_key() {
+    use fairq::ffi::*;
+    use std::mem::MaybeUninit;
+    use std::ptr::{null, null_mut};
+    // SAFETY: every pointer passed below is valid for the call; the engine is freed last.
+    unsafe {
+        let mut config = MaybeUninit::<fairq_config>::uninit();
+        fairq_config_default(config.as_mut_ptr());
+        let mut config = config.assume_init();
+        config.enabled = true;
+        let mut engine = null_mut();
+        assert_eq!(fairq_engine_new(&config, &mut engine), FAIRQ_OK);
+        let k = key("acme").get();
+        let request = fairq_request {
+            tenant_key: k,
+            dimension: 0,
+            ..fairq_request::default()
+        };
+        let mut result = fairq_enqueue_result::default();
+        assert_eq!(
+            fairq_enqueue_at(engine, &request, 0, &mut result),
+            FAIRQ_QUEUED
+        );
+        let mut out = fairq_indicators::default();
+        assert_eq!(
+            fairq_tenant_indicators_at(engine, k, 5 * MS, &mut out),
+            FAIRQ_OK
+        );
+        assert_eq!((out.tenant_key, out.requests, out.refused), (k, 1, 0));
+        assert_eq!((out.ready, out.weight, out.effective_weight), (1, 1, 1));
+        assert_eq!(out.starvation_current_ns, 5 * MS);
+        assert_eq!(out.refusal_rate, 0.0);
+        assert!(out.fair_share_ratio.is_nan(), "nothing expected yet");
+        let other = key("nobody").get();
+        assert_eq!(
+            fairq_tenant_indicators_at(engine, other, 0, &mut out),
+            FAIRQ_NOT_FOUND
+        );
+        assert_eq!(
+            fairq_tenant_indicators(engine, 0, &mut out),
+            FAIRQ_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            fairq_tenant_indicators(engine, k, null_mut()),
+            FAIRQ_ERR_NULL
+        );
+        assert_eq!(fairq_tenant_indicators(null(), k, &mut out), FAIRQ_ERR_NULL);
+        let mut report = fairq_tick_report::default();
+        assert_eq!(fairq_tick_at(engine, MS, &mut report), FAIRQ_OK);
+        assert_eq!(report, fairq_tick_report::default(), "all policies off");
+        assert_eq!(fairq_tick(engine, null_mut()), FAIRQ_OK);
+        fairq_engine_free(engine);
+    }
+}

@@ -23,7 +23,7 @@ use crate::types::{Completion, Enqueued, NextGrant, Outcome, Ticket};
 /// # Safety
 /// A non-NULL `ptr` must point to a live engine from `fairq_engine_new` (or, for the
 /// best-effort handle check, to readable memory at least as large as one).
-unsafe fn engine_ref<'a>(ptr: *const fairq_engine) -> Result<&'a Engine, i32> {
+pub(super) unsafe fn engine_ref<'a>(ptr: *const fairq_engine) -> Result<&'a Engine, i32> {
     // A misaligned pointer cannot be an engine: call it a bad handle, not a bad argument.
     let ptr = required(ptr).map_err(|e| match e {
         FAIRQ_ERR_NULL => FAIRQ_ERR_NULL,

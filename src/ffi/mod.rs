@@ -26,8 +26,10 @@
 mod boundary;
 mod api;
 mod codes;
+mod indicators;
 mod types;
 
 pub use api::*;
 pub use codes::*;
+pub use indicators::*;
 pub use types::*;
