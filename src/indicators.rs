@@ -153,10 +153,13 @@ impl TenantFairness {
 
     /// Holder: folds the expected share accrued since the last fold.
     fn fold(&self, service: u64, weight: u32) {
-        // Relaxed: holder-owned fields (see the struct docs).
-        let mark = self.service_mark.swap(service, Ordering::Relaxed);
+        // Relaxed loads and stores, no RMW: holder-owned fields (see the struct docs).
+        let mark = self.service_mark.load(Ordering::Relaxed);
+        self.service_mark.store(service, Ordering::Relaxed);
         let accrued = accrued(service.wrapping_sub(mark), weight);
-        self.expected.fetch_add(accrued, Ordering::Relaxed);
+        let expected = self.expected.load(Ordering::Relaxed);
+        self.expected
+            .store(expected.wrapping_add(accrued), Ordering::Relaxed);
     }
 
     /// Holder: closes the open starvation window at `now`.
