@@ -542,7 +542,8 @@ impl Engine {
                 new_visit = false;
             }
             if credit < i64::from(cost) {
-                // This visit is spent; the next one adds a quantum.
+                // This visit is spent; the next one adds a quantum. Relaxed: the head's fields
+                // were published with it (see `ticket.rs`).
                 self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 self.classes.put_back(class, t, false);
                 return Served::Nothing;
@@ -552,6 +553,7 @@ impl Engine {
             let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
             let estimated_wait_ns = cell.estimated_wait.load(Ordering::Relaxed);
             if !self.tickets.transition(head, QUEUED, GRANTED) {
+                // Relaxed: as above; the field was read-only while the ticket was queued.
                 self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 continue; // a cancel won; the next round sweeps it
             }
@@ -717,6 +719,7 @@ impl Engine {
             }
         }
         self.release_permit();
+        // Relaxed: we own the ticket (REQUEUING); its fields were published to us by the CAS.
         self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
         let spread = u64::from(ticket.index());
         match outcome {
@@ -797,6 +800,7 @@ impl Engine {
                 return Err(Error::StaleTicket);
             };
             let t = cell.tenant.load(Ordering::Relaxed);
+            // Relaxed: valid if the `end` CAS below succeeds (same generation, fields fixed).
             let downstream = cell.downstream.load(Ordering::Relaxed);
             if !self.tickets.end(ticket, state) {
                 continue; // it moved (granted, or ended by someone else): look again
