@@ -364,6 +364,12 @@ impl Engine {
             return;
         }
         // Ready, or dead (cancelled/expired): a granter sweeps dead heads on its turn.
+        #[cfg(fairq_broken)]
+        let class = match counted_in {
+            // Broken on purpose: keep the tenant in the class it was taken from.
+            Some(c) if crate::broken::on(crate::broken::Break::Move) => c,
+            _ => class,
+        };
         match counted_in {
             Some(c) if c == class => self.classes.put_back(c, t, visit_continues),
             Some(c) => {
@@ -467,6 +473,15 @@ impl Engine {
     fn acquire_permit(&self) -> bool {
         let max = u64::from(self.config.max_in_flight);
         let mut current = self.in_flight.load(Ordering::Relaxed);
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Permit) {
+            // Broken on purpose: check, then store; two callers can both pass the check.
+            if current >= max {
+                return false;
+            }
+            self.in_flight.store(current + 1, Ordering::Relaxed);
+            return true;
+        }
         loop {
             if current >= max {
                 return false;
@@ -962,6 +977,13 @@ impl Engine {
             }
         }
         stats
+    }
+
+    /// Tests and loom models: `(weight, ready tenants, SWRR current weight)` of every weight
+    /// class in use. Allocates; not for the hot path.
+    #[doc(hidden)]
+    pub fn debug_classes(&self) -> Vec<(u32, i64, i64)> {
+        self.classes.snapshot()
     }
 
     /// Debug builds: tenant slots touched so far (the scale test's probe). 0 in release builds.

@@ -22,6 +22,9 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(fairq_broken)]
+#[doc(hidden)]
+pub mod broken;
 mod bulkhead;
 mod clock;
 mod config;

@@ -132,6 +132,17 @@ impl Classes {
             }
             let gain = class.gain(ready);
             weights[c] = gain;
+            #[cfg(fairq_broken)]
+            if crate::broken::on(crate::broken::Break::Pick) {
+                // Broken on purpose: load, then store; a concurrent pick's gain is lost.
+                let current = class.current.load(Ordering::Relaxed) + gain;
+                class.current.store(current, Ordering::Relaxed);
+                total += gain;
+                if best.is_none_or(|(_, top)| current > top) {
+                    best = Some((c, current));
+                }
+                continue;
+            }
             // Relaxed: the credit is a counter; no other data is published through it.
             let current = class.current.fetch_add(gain, Ordering::Relaxed) + gain;
             total += gain;
@@ -144,6 +155,21 @@ impl Classes {
             .current
             .fetch_sub(total, Ordering::Relaxed);
         Some((winner, total))
+    }
+
+    /// `(weight, ready, current)` of every class in use, for tests and loom models.
+    pub(crate) fn snapshot(&self) -> Vec<(u32, i64, i64)> {
+        self.classes[..self.allocated()]
+            .iter()
+            .map(|c| {
+                // Relaxed: a diagnostic snapshot, read by a caller that has joined the writers.
+                (
+                    c.weight.load(Ordering::Relaxed),
+                    c.ready.load(Ordering::Relaxed),
+                    c.current.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
     }
 
     /// Undoes a pick: the winner gets its payment back and every class gives back its gain.

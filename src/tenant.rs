@@ -18,11 +18,12 @@
 //! A slot is reused ("stolen") for another tenant only when `counts == 0` and it has been idle for
 //! `tenant_idle_ms`. The thief CASes `counts` from 0 to `STEALING`, rewrites the key and the
 //! fields, and releases with `counts = LIVE_ONE` (its own pin). Anyone else pins with a CAS that
-//! refuses `STEALING`, then re-reads the key: a pin that succeeded after a steal sees the new key
+//! waits out `STEALING` (never walking past a slot being claimed, maybe for its own key), then
+//! re-reads the key: a pin that succeeded after a steal sees the new key
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
 //! holds its own key, never one that now belongs to someone else.
 
-use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
 
 pub(crate) const QUEUED_ONE: u64 = 1;
 pub(crate) const QUEUED_MASK: u64 = 0xFFFF_FFFF;
@@ -184,10 +185,23 @@ impl TenantTable {
     fn try_pin(&self, index: usize, key: u64) -> bool {
         let slot = &self.slots[index];
         self.touch();
+        let backoff = Backoff::new();
         let mut current = slot.counts.load(Ordering::Acquire);
         loop {
+            #[cfg(fairq_broken)]
+            if current & STEALING != 0 && crate::broken::on(crate::broken::Break::Claim) {
+                return false; // Broken on purpose: the walk-past the loom models caught.
+            }
             if current & STEALING != 0 {
-                return false;
+                // A claim is rewriting this slot, possibly for our own key: wait for it (a few
+                // stores, never blocked) instead of walking past. Walking past (found by the loom
+                // models) let a second enqueue of a new tenant claim another slot for the same
+                // key, or refuse it `tenant_table_full` with a slot free, and let `set_weight`
+                // miss the slot being claimed while the claimer read the old weight table,
+                // losing the new weight.
+                backoff.snooze();
+                current = slot.counts.load(Ordering::Acquire);
+                continue;
             }
             // Acquire: pairs with a thief's Release of `counts`, so the key read below is the
             // thief's. Release: orders our pin before the key check for a concurrent thief.
@@ -203,6 +217,10 @@ impl TenantTable {
         }
         if current == 0 {
             self.active.fetch_add(1, Ordering::Relaxed);
+        }
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Slot) {
+            return true; // Broken on purpose: trust the key read before the pin.
         }
         // Acquire: see the key the last thief wrote before it released `counts`.
         if slot.key.load(Ordering::Acquire) == key {
@@ -235,6 +253,7 @@ impl TenantTable {
         init: impl Fn(&TenantSlot),
     ) -> Result<u32, TableFull> {
         // A claim can lose a race for its slot; a few rounds settle it.
+        let backoff = Backoff::new();
         for _ in 0..8 {
             let mut candidate = None;
             for index in self.probe(key) {
@@ -256,7 +275,9 @@ impl TenantTable {
             };
             match self.try_steal(index, key, now, &init) {
                 Claim::Claimed => return Ok(index as u32),
-                Claim::Lost => continue,
+                // Lost to another claim, maybe still in progress: let it finish before the next
+                // round looks again, or the rounds run out and refuse with a slot free.
+                Claim::Lost => backoff.snooze(),
                 Claim::Full => return Err(TableFull),
             }
         }
@@ -273,9 +294,11 @@ impl TenantTable {
         let slot = &self.slots[index];
         self.touch();
         // Acquire: the previous owner's last writes (it released `counts` to 0) happen before.
+        // Acquire on failure too: if another claim took the slot, the next round's key read
+        // sees that claim's key (its Release of `counts`), not a stale 0.
         if slot
             .counts
-            .compare_exchange(0, STEALING, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, STEALING, Ordering::Acquire, Ordering::Acquire)
             .is_err()
         {
             return Claim::Lost;

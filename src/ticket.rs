@@ -138,6 +138,10 @@ impl TicketSlab {
             return false;
         };
         let generation = ticket.generation();
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Ticket) {
+            return broken_cas(&cell.state, pack(generation, from), pack(generation, to));
+        }
         // AcqRel: acquire the fields the previous owner wrote; release ours to the next owner.
         cell.state
             .compare_exchange(
@@ -156,6 +160,15 @@ impl TicketSlab {
             return false;
         };
         let generation = ticket.generation();
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Ticket) {
+            let next = pack(generation.wrapping_add(1).max(1), FREE);
+            let ok = broken_cas(&cell.state, pack(generation, from), next);
+            if ok {
+                let _ = self.free.push(ticket.index());
+            }
+            return ok;
+        }
         // AcqRel: the winner sees the fields (to report them) and publishes the bump.
         let ok = cell
             .state
@@ -172,4 +185,14 @@ impl TicketSlab {
         }
         ok
     }
+}
+
+/// Broken on purpose: compare, then store; two callers can both "win".
+#[cfg(fairq_broken)]
+fn broken_cas(word: &AtomicU64, from: u64, to: u64) -> bool {
+    if word.load(Ordering::Acquire) != from {
+        return false;
+    }
+    word.store(to, Ordering::Release);
+    true
 }

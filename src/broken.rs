@@ -1,0 +1,49 @@
+//! Deliberately broken variants of the engine's atomic protocols, compiled only with
+//! `--cfg fairq_broken` (never into a normal, test, bench or plain loom build).
+//!
+//! Each loom model in `loom-tests/` has a twin test that switches one variant on and expects the
+//! model to fail, proving the model can catch what it guards against. `loom-tests/run.sh` runs
+//! them after the real models.
+
+use std::cell::Cell;
+
+/// One way to break the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Break {
+    /// `acquire_permit` loads, checks and stores instead of one CAS.
+    Permit,
+    /// Ticket transitions load, compare and store instead of one CAS.
+    Ticket,
+    /// A pin does not re-check the slot's key, so it can land in a slot just stolen.
+    Slot,
+    /// A pin walks past a slot being claimed instead of waiting (the bug loom found).
+    Claim,
+    /// A granter puts a tenant back in the class it took it from, ignoring a weight change.
+    Move,
+    /// An SWRR pick adds a class's weight by load and store instead of `fetch_add`.
+    Pick,
+}
+
+thread_local! {
+    // Thread-local, not global: loom runs a model's threads as coroutines on the thread that
+    // called the model, so they all see it, and tests running in parallel do not.
+    static ACTIVE: Cell<Option<Break>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `which` switched on for this thread, and off again afterwards.
+pub fn with<R>(which: Break, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ACTIVE.with(|a| a.set(None));
+        }
+    }
+    ACTIVE.with(|a| a.set(Some(which)));
+    let _reset = Reset;
+    f()
+}
+
+/// Whether `which` is switched on.
+pub(crate) fn on(which: Break) -> bool {
+    ACTIVE.with(|a| a.get()) == Some(which)
+}
