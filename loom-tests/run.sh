@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
+mkdir -p target
 tests=()
 for name in "$@"; do tests+=(--test "$name"); done
 if [ ${#tests[@]} -eq 0 ]; then tests=(--tests); fi
