@@ -26,6 +26,8 @@ use crate::types::{
 use crate::weights::WeightTable;
 
 const MS: u64 = 1_000_000;
+/// Most visits a tenant can make up at once after missing turns while held.
+const MAKEUP_VISITS: i64 = 8;
 /// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
 const DEBT_QUANTA: i64 = 8;
 /// The engine's clock high-water mark is rewritten at most this often (ns).
@@ -374,7 +376,8 @@ impl Engine {
             Some(c) if c == class => self.classes.put_back(c, t, visit_continues),
             Some(c) => {
                 self.classes.leave(c);
-                self.classes.make_ready(class, t);
+                self.classes
+                    .make_ready(class, t, &self.tenants.slot(t).last_visit);
             }
             None => self.enter_ready(t, class, now),
         }
@@ -551,8 +554,12 @@ impl Engine {
                     credit = credit.saturating_sub(slot.debt.swap(0, Ordering::Relaxed));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
+                // Visits it missed while another granter held it are made up (a few at most).
+                let owed = self
+                    .classes
+                    .start_visit(class, &slot.last_visit, MAKEUP_VISITS);
                 // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
-                credit = credit.max(-DEBT_QUANTA * quantum) + quantum;
+                credit = credit.max(-DEBT_QUANTA * quantum) + quantum * owed;
                 slot.credit.store(credit, Ordering::Relaxed);
                 new_visit = false;
             }
@@ -651,9 +658,14 @@ impl Engine {
             (old.saturating_mul(7).saturating_add(sample)) / 8
         };
         slot.interval.store(ewma, Ordering::Relaxed);
-        slot.granted.fetch_add(1, Ordering::Relaxed);
+        // Relaxed load + store, not `fetch_add`: like `last_grant`, these counters are written
+        // only by the turn holder (and by a thief holding the slot exclusively); the turn's
+        // hand-off (ring push Release / pop Acquire) orders one holder's writes before the next.
+        let granted = slot.granted.load(Ordering::Relaxed);
+        slot.granted.store(granted + 1, Ordering::Relaxed);
+        let granted_cost = slot.granted_cost.load(Ordering::Relaxed);
         slot.granted_cost
-            .fetch_add(u64::from(cost), Ordering::Relaxed);
+            .store(granted_cost + u64::from(cost), Ordering::Relaxed);
     }
 
     /// Ends a queued head whose deadline passed. `None` if a cancel ended it first.

@@ -275,7 +275,8 @@ impl Engine {
             .slot(t)
             .fair
             .became_ready(now, self.service_now());
-        self.classes.make_ready(class, t);
+        self.classes
+            .make_ready(class, t, &self.tenants.slot(t).last_visit);
     }
 
     /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).

@@ -40,6 +40,9 @@ pub(crate) struct Class {
     /// Extra SWRR weight from wait boosts (`policy.rs`): +1 per boosted tenant. 0 unless the
     /// wait boost is on.
     boost: AtomicI64,
+    /// Visits started in this class: lets a tenant that was held by another granter while its
+    /// turn came round make up the visits it missed.
+    visits: AtomicU64,
     /// DRR quantum: the largest cost granted in this class.
     quantum: AtomicU32,
     /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
@@ -75,6 +78,7 @@ impl Classes {
                         ready: AtomicI64::new(0),
                         current: AtomicI64::new(0),
                         boost: AtomicI64::new(0),
+                        visits: AtomicU64::new(0),
                         quantum: AtomicU32::new(1),
                         visiting: AtomicU32::new(NIL),
                         ring: ArrayQueue::new(ring_capacity),
@@ -213,8 +217,14 @@ impl Classes {
     /// else the ring head, starting a new visit (`true`).
     pub(crate) fn take(&self, class: usize) -> Option<(u32, bool)> {
         let class = &self.classes[class];
-        // Acquire: pairs with the Release in `put_back`; the holder's writes to the slot are ours.
-        let visitor = class.visiting.swap(NIL, Ordering::AcqRel);
+        // Relaxed peek: most takes find no visitor, and a load that sees NIL is the same as a
+        // swap of NIL over NIL, minus the exclusive line (an RMW) on every pick.
+        let visitor = if class.visiting.load(Ordering::Relaxed) == NIL {
+            NIL
+        } else {
+            // Acquire: pairs with the Release in `put_back`; the holder's slot writes are ours.
+            class.visiting.swap(NIL, Ordering::AcqRel)
+        };
         if visitor != NIL {
             return Some((visitor, false));
         }
@@ -245,6 +255,20 @@ impl Classes {
             .fetch_add(delta, Ordering::Relaxed);
     }
 
+    /// Starts a visit of a tenant whose last visit began at visit number `*last_visit`: returns
+    /// how many visits it is owed, 1 in plain round robin. More when, while it was held by
+    /// another granter, the class's other tenants had more than their turns; capped at `cap`.
+    pub(crate) fn start_visit(&self, class: u32, last_visit: &AtomicU64, cap: i64) -> i64 {
+        let class = &self.classes[class as usize];
+        // Relaxed: a counter; the tenant's own `last_visit` is holder-owned.
+        let visit = class.visits.fetch_add(1, Ordering::Relaxed);
+        let last = last_visit.load(Ordering::Relaxed);
+        last_visit.store(visit, Ordering::Relaxed);
+        let ready = class.ready.load(Ordering::Relaxed).max(1);
+        let gap = i64::try_from(visit.saturating_sub(last)).unwrap_or(i64::MAX);
+        (gap / ready).clamp(1, cap)
+    }
+
     /// Tenants counted ready in `class` (in its ring, visiting, or held by a granter).
     pub(crate) fn ready(&self, class: usize) -> i64 {
         self.classes[class].ready.load(Ordering::Relaxed)
@@ -252,11 +276,13 @@ impl Classes {
 
     /// Adds `tenant` to `class`'s ready set. Counts it before pushing it, so the count is never
     /// below the ring's length. A class that was idle starts with a clean SWRR credit.
-    pub(crate) fn make_ready(&self, class: u32, tenant: u32) {
+    /// `last_visit` (the tenant's, owned by its turn holder) starts counting from now.
+    pub(crate) fn make_ready(&self, class: u32, tenant: u32, last_visit: &AtomicU64) {
         let class = &self.classes[class as usize];
         if class.ready.fetch_add(1, Ordering::Relaxed) == 0 {
             class.current.store(0, Ordering::Relaxed);
         }
+        last_visit.store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
         // The ring holds every tenant at most once and is sized for all of them.
         let pushed = class.ring.push(tenant);
         debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
@@ -288,9 +314,14 @@ impl Classes {
     /// Raises the class quantum to cover `cost`; returns the quantum.
     pub(crate) fn quantum(&self, class: u32, cost: u32) -> u32 {
         let q = &self.classes[class as usize].quantum;
+        // Relaxed: a bound that only grows; no data is published through it. Read first: a
+        // `fetch_max` that changes nothing still takes the line exclusively (an RMW per visit).
+        let seen = q.load(Ordering::Relaxed);
+        if seen >= cost {
+            return seen;
+        }
         q.fetch_max(cost, Ordering::Relaxed).max(cost)
     }
-
 }
 
 /// Timing-wheel granularity: 2^20 ns, about 1.05 ms.

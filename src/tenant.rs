@@ -55,6 +55,8 @@ pub(crate) struct TenantSlot {
     /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
     /// holder at the tenant's next visit.
     pub(crate) debt: AtomicI64,
+    /// Owned by the turn holder: the class visit number at which its last visit began.
+    pub(crate) last_visit: AtomicU64,
     /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
     pub(crate) last_active: AtomicU64,
     /// Owned by the turn holder: time of the last grant, and the EWMA of the interval between
@@ -83,6 +85,7 @@ impl TenantSlot {
             wheel_next: AtomicU32::new(NIL),
             credit: AtomicI64::new(0),
             debt: AtomicI64::new(0),
+            last_visit: AtomicU64::new(0),
             last_active: AtomicU64::new(0),
             last_grant: AtomicU64::new(0),
             interval: AtomicU64::new(0),
