@@ -4,7 +4,7 @@
 #
 #   loom-tests/run.sh                 # every model, then every broken variant
 #   loom-tests/run.sh tickets         # one model file (a `cargo test --test` name)
-#   LOOM_MAX_PREEMPTIONS=3 loom-tests/run.sh   # a deeper search (about 1.5 min here)
+#   LOOM_MAX_PREEMPTIONS=3 loom-tests/run.sh   # a deeper search (passes; about 2.5 min here)
 #   FAIRQ_LOOM_BROKEN=0 loom-tests/run.sh      # skip the broken variants (and their build)
 #
 # A failure prints loom's panic; rerun that model with LOOM_LOG=1 (and LOOM_LOCATION=1) to see
