@@ -361,3 +361,36 @@ fn bench_reports_grants_per_second() {
         assert!(r[2] > 1000.0, "grants/s {r:?}");
     }
 }
+
+#[test]
+fn no_scheduler_grants_before_the_retry_after() {
+    // many-tenants gives every request a 20 ms Retry-After: fairq parks each tenant's head in its
+    // timing wheel, the simulation wakes it through `next_wakeup_ns`. A grant before the
+    // Retry-After would make the binary exit with an ANOMALY (status 3).
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/scenarios/many-tenants.toml"
+    );
+    let out = fairq(&[
+        "simulate",
+        "--scenario",
+        scenario,
+        "--duration",
+        "20",
+        "--json",
+        "--no-chart",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for s in doc["schedulers"].as_array().unwrap() {
+        for t in s["tenants"].as_array().unwrap() {
+            let p50 = num(t, "p50_wait_ms");
+            assert!(p50 >= 20.0, "{}: {} p50 {p50} ms", s["name"], t["id"]);
+            assert!(t["granted"].as_u64().unwrap() > 0, "{t}");
+        }
+    }
+}
