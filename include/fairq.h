@@ -608,6 +608,27 @@ int32_t fairq_cancel(const struct fairq_engine *engine, uint64_t ticket);
 // `engine` must be NULL or a live engine.
 int32_t fairq_cancel_at(const struct fairq_engine *engine, uint64_t ticket, uint64_t now_ns);
 
+// `fairq_expire_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_expire_at`.
+int32_t fairq_expire(const struct fairq_engine *engine,
+                     uint64_t ticket,
+                     struct fairq_completion *refusal);
+
+// Ends a queued ticket whose budget the caller's own timer says has run out, counted as
+// `deadline_exceeded` (use it instead of `fairq_cancel` for budget timers: while
+// `max_in_flight` grants are out the engine cannot reach expired heads itself). When `refusal`
+// is not NULL it gets the reason, position and wait. `FAIRQ_ERR_TICKET_STATE` for a granted
+// ticket, `FAIRQ_ERR_STALE_TICKET` when it already ended.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `refusal` must be NULL or writable.
+int32_t fairq_expire_at(const struct fairq_engine *engine,
+                        uint64_t ticket,
+                        uint64_t now_ns,
+                        struct fairq_completion *refusal);
+
 // Fills `*stats` with a snapshot of the gauges and counters.
 //
 // # Safety

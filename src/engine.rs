@@ -533,7 +533,7 @@ impl Engine {
                 return Served::Nothing;
             }
             if now > deadline {
-                let expired = self.expire(t, head, now);
+                let expired = self.expire_head(t, head, now);
                 let Some(expired) = expired else {
                     continue; // a cancel won; the next round sweeps it
                 };
@@ -669,7 +669,7 @@ impl Engine {
     }
 
     /// Ends a queued head whose deadline passed. `None` if a cancel ended it first.
-    fn expire(&self, t: u32, head: Ticket, now: u64) -> Option<Expired> {
+    fn expire_head(&self, t: u32, head: Ticket, now: u64) -> Option<Expired> {
         let cell = self.tickets.cell(head)?;
         let user_data = cell.user_data.load(Ordering::Relaxed);
         let position = cell.position.load(Ordering::Relaxed);
@@ -813,14 +813,40 @@ impl Engine {
         self.cancel_at(ticket, crate::clock::now_ns())
     }
 
-    /// Ends a queued or granted ticket (the client went away, or its own timer fired). A granted
-    /// ticket gives its permit back.
+    /// Ends a queued or granted ticket (the client went away). A granted ticket gives its
+    /// permit back. Counted as `cancelled`.
     pub fn cancel_at(&self, ticket: Ticket, now: u64) -> Result<(), Error> {
+        self.end_by_caller(ticket, Reason::Cancelled, now)
+            .map(|_| ())
+    }
+
+    /// `expire_at` with the monotonic clock.
+    pub fn expire(&self, ticket: Ticket) -> Result<Refusal, Error> {
+        self.expire_at(ticket, crate::clock::now_ns())
+    }
+
+    /// Ends a queued ticket whose budget the caller's own timer says has run out, counted as
+    /// `deadline_exceeded` (the engine finds expired heads only when it reaches them, and not at
+    /// all while `max_in_flight` grants are out). A granted ticket is not the queue's to expire:
+    /// `Error::TicketState`.
+    pub fn expire_at(&self, ticket: Ticket, now: u64) -> Result<Refusal, Error> {
+        self.end_by_caller(ticket, Reason::DeadlineExceeded, now)
+    }
+
+    fn end_by_caller(&self, ticket: Ticket, reason: Reason, now: u64) -> Result<Refusal, Error> {
         let now = self.monotonic(now);
+        let backoff = Backoff::new();
         loop {
             let state = match self.tickets.lookup(ticket) {
                 Lookup::Stale => return Err(Error::StaleTicket),
-                Lookup::Live(state @ (QUEUED | GRANTED)) => state,
+                Lookup::Live(QUEUED) => QUEUED,
+                Lookup::Live(GRANTED) if reason == Reason::Cancelled => GRANTED,
+                Lookup::Live(REQUEUING) => {
+                    // A completer is putting it back in its queue: a few stores. Wait, so the
+                    // cancel applies to the requeued ticket instead of being lost.
+                    backoff.snooze();
+                    continue;
+                }
                 Lookup::Live(_) => return Err(Error::TicketState),
             };
             let Some(cell) = self.tickets.cell(ticket) else {
@@ -829,9 +855,12 @@ impl Engine {
             let t = cell.tenant.load(Ordering::Relaxed);
             // Relaxed: valid if the `end` CAS below succeeds (same generation, fields fixed).
             let downstream = cell.downstream.load(Ordering::Relaxed);
+            let position = cell.position.load(Ordering::Relaxed);
+            let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
             if !self.tickets.end(ticket, state) {
                 continue; // it moved (granted, or ended by someone else): look again
             }
+            let waited_ns = now.saturating_sub(enqueued_at);
             if state == QUEUED {
                 // Its entry stays in the queue as a tombstone until the scheduler sweeps it.
                 self.unreserve(t);
@@ -839,11 +868,23 @@ impl Engine {
                 self.release_permit();
                 self.downstream_release(downstream, now);
             }
+            if reason == Reason::DeadlineExceeded {
+                // Before the release below: the slot is still pinned by this ticket.
+                self.on_refused_after_wait(t, waited_ns, u64::from(ticket.index()), true);
+            }
             self.tenants.release(t, LIVE_ONE, now);
             let counters = self.shard(u64::from(ticket.index()));
-            bump(&counters.cancelled);
-            bump(&counters.refused[Reason::Cancelled.index()]);
-            return Ok(());
+            bump(if reason == Reason::Cancelled {
+                &counters.cancelled
+            } else {
+                &counters.expired
+            });
+            bump(&counters.refused[reason.index()]);
+            return Ok(Refusal {
+                reason,
+                position,
+                waited_ns,
+            });
         }
     }
 

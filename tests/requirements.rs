@@ -748,3 +748,34 @@ fn cancel_frees_the_place_at_once() {
     let s = engine.stats();
     assert_eq!((s.cancelled, s.queued, s.in_flight), (1, 1, 1));
 }
+
+#[test]
+fn r8_a_caller_timer_expires_a_queued_ticket_as_deadline_exceeded() {
+    let engine = engine(Config {
+        max_in_flight: 1,
+        ..Config::default()
+    });
+    queued(&engine, &request("busy"), 0);
+    let waiting = queued(&engine, &request("a"), 0);
+    let busy = granted(&engine, 1);
+    // At capacity the engine cannot reach the waiting head; the caller's own timer ends it.
+    assert_eq!(engine.next_grant_at(2 * MS), NextGrant::AtCapacity);
+    let r = engine.expire_at(waiting, 5 * MS).unwrap();
+    assert_eq!(
+        (r.reason, r.position, r.waited_ns),
+        (Reason::DeadlineExceeded, 1, 5 * MS)
+    );
+    assert_eq!(engine.expire_at(waiting, 6 * MS), Err(Error::StaleTicket));
+    // A granted ticket is not the queue's to expire.
+    assert_eq!(
+        engine.expire_at(busy.ticket, 6 * MS),
+        Err(Error::TicketState)
+    );
+    let s = engine.stats();
+    assert_eq!(
+        (s.expired, s.cancelled, s.queued, s.in_flight),
+        (1, 0, 0, 1)
+    );
+    assert_eq!(s.refused_for(Reason::DeadlineExceeded), 1);
+    assert_eq!(s.enqueued, s.ended() + s.queued + s.in_flight);
+}

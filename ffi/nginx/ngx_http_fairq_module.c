@@ -13,7 +13,7 @@
  *   the phases. A request admitted after waiting carries x-fair-queue-position,
  *   x-fair-queue-wait-ms and x-fair-queue-estimated-wait-ms;
  * - a per-request timer enforces the budget (min of fairq_max_wait and the engine's): on expiry
- *   the ticket is cancelled and the request answered 429 deadline_exceeded;
+ *   the ticket is expired (fairq_expire) and the request answered 429 deadline_exceeded;
  * - a client that goes away while queued cancels its ticket (ngx_http_test_reading finalizes the
  *   request, and the pool cleanup cancels);
  * - refusals (on arrival or after waiting) answer 429 with Retry-After, x-fair-queue-position,
@@ -469,12 +469,12 @@ ngx_http_fairq_event_handler(ngx_event_t *ev)
         if (ctx->state == NGX_HTTP_FAIRQ_QUEUED) {
             /*
              * All permits are busy, so next_grant answers AT_CAPACITY without looking at
-             * deadlines: end the ticket here and answer deadline_exceeded.
+             * deadlines: expire the ticket here (counted deadline_exceeded by the engine).
              */
-            rc = fairq_cancel(ngx_http_fairq_worker.engine, ctx->ticket);
+            rc = fairq_expire(ngx_http_fairq_worker.engine, ctx->ticket, NULL);
             if (rc != FAIRQ_OK) {
                 ngx_log_error(NGX_LOG_ERR, c->log, 0,
-                              "fairq_cancel on budget expiry: %s",
+                              "fairq_expire on budget expiry: %s",
                               fairq_status_str(rc));
             }
 
@@ -884,7 +884,7 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
 
     p = ngx_slprintf(p, end,
             "# HELP fairq_nginx_budget_timeouts_total Queued requests whose budget "
-            "timer ended them while every permit was busy (cancelled in the engine, "
+            "timer ended them while every permit was busy (expired in the engine, "
             "answered deadline_exceeded).\n"
             "# TYPE fairq_nginx_budget_timeouts_total counter\n"
             "fairq_nginx_budget_timeouts_total %uL\n"

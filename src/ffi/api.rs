@@ -748,6 +748,59 @@ pub unsafe extern "C" fn fairq_cancel_at(
     })
 }
 
+/// `fairq_expire_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_expire_at`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_expire(
+    engine: *const fairq_engine,
+    ticket: u64,
+    refusal: *mut fairq_completion,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe { fairq_expire_at(engine, ticket, now, refusal) })
+    })
+}
+
+/// Ends a queued ticket whose budget the caller's own timer says has run out, counted as
+/// `deadline_exceeded` (use it instead of `fairq_cancel` for budget timers: while
+/// `max_in_flight` grants are out the engine cannot reach expired heads itself). When `refusal`
+/// is not NULL it gets the reason, position and wait. `FAIRQ_ERR_TICKET_STATE` for a granted
+/// ticket, `FAIRQ_ERR_STALE_TICKET` when it already ended.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `refusal` must be NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_expire_at(
+    engine: *const fairq_engine,
+    ticket: u64,
+    now_ns: u64,
+    refusal: *mut fairq_completion,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let r = engine
+            .expire_at(Ticket(ticket), now_ns)
+            .map_err(error_status)?;
+        if !refusal.is_null() {
+            // SAFETY: non-NULL and writable, by contract.
+            unsafe {
+                refusal.write(fairq_completion {
+                    estimated_wait_ns: 0,
+                    waited_ns: r.waited_ns,
+                    position: r.position,
+                    reason: r.reason as u32,
+                })
+            };
+        }
+        Ok(FAIRQ_OK)
+    })
+}
+
 // ---------------------------------------------------------------- stats, metrics
 
 /// Fills `*stats` with a snapshot of the gauges and counters.
