@@ -201,17 +201,20 @@ impl Engine {
         let position = match self.reserve(t, now) {
             Ok(position) => position,
             Err(refusal) => {
+                self.tenants.slot(t).fair.on_refused_on_arrival();
                 self.tenants.release(t, LIVE_ONE, now);
                 return Ok(self.refuse_on_arrival(spread, refusal.reason, refusal.position));
             }
         };
         if request.retry_after_ns > budget {
+            self.tenants.slot(t).fair.on_refused_on_arrival();
             self.unreserve(t);
             self.tenants.release(t, LIVE_ONE, now);
             return Ok(self.refuse_on_arrival(spread, Reason::WaitExceedsBudget, position));
         }
         let Some(ticket) = self.tickets.alloc() else {
             // Unreachable: the slab holds everything queued plus everything in flight.
+            self.tenants.slot(t).fair.on_refused_on_arrival();
             self.unreserve(t);
             self.tenants.release(t, LIVE_ONE, now);
             return Ok(self.refuse_on_arrival(spread, Reason::QueueFull, position));
@@ -237,6 +240,8 @@ impl Engine {
         }
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
         if !self.push_queued(t, ticket, now) {
+            // The slot may be idle now; it is reused only after tenant_idle_ms.
+            slot.fair.on_refused_on_arrival();
             let counters = self.shard(spread);
             bump(&counters.refused[Reason::TenantQueueFull.index()]);
             return Ok(Enqueued::Refused(Refusal {
@@ -245,7 +250,6 @@ impl Engine {
                 waited_ns: 0,
             }));
         }
-        slot.fair.on_accepted();
         bump(&self.shard(u64::from(ticket.index())).enqueued);
         Ok(Enqueued::Queued {
             ticket,
@@ -723,88 +727,101 @@ impl Engine {
             return Err(Error::InvalidArgument("actual cost must be in 0..=1000000"));
         }
         let now = self.monotonic(now);
-        if !self.tickets.transition(ticket, GRANTED, REQUEUING) {
-            return Err(match self.tickets.lookup(ticket) {
-                Lookup::Stale => Error::StaleTicket,
-                Lookup::Live(_) => Error::TicketState,
-            });
-        }
-        // We own the ticket exclusively until we end or publish it.
         let Some(cell) = self.tickets.cell(ticket) else {
             return Err(Error::StaleTicket);
         };
+        let refused_state = || match self.tickets.lookup(ticket) {
+            Lookup::Stale => Error::StaleTicket,
+            Lookup::Live(_) => Error::TicketState,
+        };
+        // Relaxed: a granted ticket's fields no longer change; they are the ticket's own if the
+        // CAS below succeeds at the handle's generation (`ticket.rs`).
         let t = cell.tenant.load(Ordering::Relaxed);
         let cost = cell.cost.load(Ordering::Relaxed);
-        let slot = self.tenants.slot(t);
-        if let Some(actual) = actual_cost {
-            let delta = i64::from(actual) - i64::from(cost);
-            if delta != 0 {
-                // The holder folds this into the credit at the tenant's next visit.
-                slot.debt.fetch_add(delta, Ordering::Relaxed);
-                let class = slot.class.load(Ordering::Relaxed);
-                self.classes.charge(class as usize, delta);
-            }
-        }
-        self.release_permit();
-        // Relaxed: we own the ticket (REQUEUING); its fields were published to us by the CAS.
-        self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
+        let downstream = cell.downstream.load(Ordering::Relaxed);
         let spread = u64::from(ticket.index());
-        match outcome {
+        let retry_after_ns = match outcome {
+            Outcome::StillRefused { retry_after_ns } => retry_after_ns,
             Outcome::Admitted => {
-                self.tickets.end(ticket, REQUEUING);
+                // Straight from granted to free: one CAS. The slot stays pinned by the
+                // ticket's LIVE count until the release below.
+                if !self.tickets.end(ticket, GRANTED) {
+                    return Err(refused_state());
+                }
+                self.correct_cost(t, cost, actual_cost);
+                self.release_permit();
+                self.downstream_release(downstream, now);
                 self.tenants.release(t, LIVE_ONE, now);
                 bump(&self.shard(spread).completed);
-                Ok(Completion::Completed)
+                return Ok(Completion::Completed);
             }
-            Outcome::StillRefused { retry_after_ns } => {
-                let deadline = cell.deadline.load(Ordering::Relaxed);
-                let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
-                let waited_ns = now.saturating_sub(enqueued_at);
-                let refuse = |reason: Reason, position: u32| {
-                    self.on_refused_after_wait(t, waited_ns, spread, false);
-                    self.tickets.end(ticket, REQUEUING);
-                    self.tenants.release(t, LIVE_ONE, now);
-                    let counters = self.shard(spread);
-                    bump(&counters.refused_after_wait);
-                    bump(&counters.refused[reason.index()]);
-                    Ok(Completion::Refused(Refusal {
-                        reason,
-                        position,
-                        waited_ns,
-                    }))
-                };
-                let position = match self.reserve(t, now) {
-                    Ok(position) => position,
-                    Err(refusal) => return refuse(refusal.reason, refusal.position),
-                };
-                if now.saturating_add(retry_after_ns) > deadline {
-                    self.unreserve(t);
-                    return refuse(Reason::WaitExceedsBudget, position);
-                }
-                let estimated_wait_ns = self.estimate(t, retry_after_ns, position);
-                cell.not_before
-                    .store(now.saturating_add(retry_after_ns), Ordering::Relaxed);
-                cell.position.store(position, Ordering::Relaxed);
-                cell.estimated_wait
-                    .store(estimated_wait_ns, Ordering::Relaxed);
-                if !self.push_queued(t, ticket, now) {
-                    // The slot may be idle now; it is reused only after tenant_idle_ms.
-                    self.on_refused_after_wait(t, waited_ns, spread, false);
-                    let counters = self.shard(spread);
-                    bump(&counters.refused_after_wait);
-                    bump(&counters.refused[Reason::TenantQueueFull.index()]);
-                    return Ok(Completion::Refused(Refusal {
-                        reason: Reason::TenantQueueFull,
-                        position,
-                        waited_ns,
-                    }));
-                }
-                bump(&self.shard(spread).requeued);
-                Ok(Completion::Requeued {
-                    position,
-                    estimated_wait_ns,
-                })
-            }
+        };
+        if !self.tickets.transition(ticket, GRANTED, REQUEUING) {
+            return Err(refused_state());
+        }
+        // We own the ticket exclusively until we end or publish it.
+        self.correct_cost(t, cost, actual_cost);
+        self.release_permit();
+        self.downstream_release(downstream, now);
+        let deadline = cell.deadline.load(Ordering::Relaxed);
+        let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
+        let waited_ns = now.saturating_sub(enqueued_at);
+        let refuse = |reason: Reason, position: u32| {
+            self.on_refused_after_wait(t, waited_ns, spread, false);
+            self.tickets.end(ticket, REQUEUING);
+            self.tenants.release(t, LIVE_ONE, now);
+            let counters = self.shard(spread);
+            bump(&counters.refused_after_wait);
+            bump(&counters.refused[reason.index()]);
+            Ok(Completion::Refused(Refusal {
+                reason,
+                position,
+                waited_ns,
+            }))
+        };
+        let position = match self.reserve(t, now) {
+            Ok(position) => position,
+            Err(refusal) => return refuse(refusal.reason, refusal.position),
+        };
+        if now.saturating_add(retry_after_ns) > deadline {
+            self.unreserve(t);
+            return refuse(Reason::WaitExceedsBudget, position);
+        }
+        let estimated_wait_ns = self.estimate(t, retry_after_ns, position);
+        cell.not_before
+            .store(now.saturating_add(retry_after_ns), Ordering::Relaxed);
+        cell.position.store(position, Ordering::Relaxed);
+        cell.estimated_wait
+            .store(estimated_wait_ns, Ordering::Relaxed);
+        if !self.push_queued(t, ticket, now) {
+            // The slot may be idle now; it is reused only after tenant_idle_ms.
+            self.on_refused_after_wait(t, waited_ns, spread, false);
+            let counters = self.shard(spread);
+            bump(&counters.refused_after_wait);
+            bump(&counters.refused[Reason::TenantQueueFull.index()]);
+            return Ok(Completion::Refused(Refusal {
+                reason: Reason::TenantQueueFull,
+                position,
+                waited_ns,
+            }));
+        }
+        bump(&self.shard(spread).requeued);
+        Ok(Completion::Requeued {
+            position,
+            estimated_wait_ns,
+        })
+    }
+
+    /// Corrects tenant `t`'s charge for a grant of estimated `cost` that really cost `actual`.
+    fn correct_cost(&self, t: u32, cost: u32, actual: Option<u32>) {
+        let Some(actual) = actual else { return };
+        let delta = i64::from(actual) - i64::from(cost);
+        if delta != 0 {
+            let slot = self.tenants.slot(t);
+            // The holder folds this into the credit at the tenant's next visit.
+            slot.debt.fetch_add(delta, Ordering::Relaxed);
+            let class = slot.class.load(Ordering::Relaxed);
+            self.classes.charge(class as usize, delta);
         }
     }
 

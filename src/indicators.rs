@@ -85,8 +85,9 @@ pub(crate) struct TenantFairness {
     longest_starved: AtomicU64,
     /// `enqueue` calls that reached this slot.
     requests: AtomicU64,
-    /// Of those, the ones queued.
-    accepted: AtomicU64,
+    /// Of those, the ones refused on arrival (counted on the rare refusal, so a queued request
+    /// costs one RMW here, not two).
+    arrival_refusals: AtomicU64,
     /// Queued requests that later ended refused (`deadline_exceeded`, requeue refused).
     refused_after_wait: AtomicU64,
     /// The weight class (+1) holding this tenant's wait boost unit; 0 when not boosted.
@@ -103,7 +104,7 @@ impl TenantFairness {
             expected: AtomicU64::new(0),
             longest_starved: AtomicU64::new(0),
             requests: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
+            arrival_refusals: AtomicU64::new(0),
             refused_after_wait: AtomicU64::new(0),
             boost: AtomicU32::new(0),
             waits: TenantWaits::new(),
@@ -118,7 +119,7 @@ impl TenantFairness {
         self.expected.store(0, Ordering::Relaxed);
         self.longest_starved.store(0, Ordering::Relaxed);
         self.requests.store(0, Ordering::Relaxed);
-        self.accepted.store(0, Ordering::Relaxed);
+        self.arrival_refusals.store(0, Ordering::Relaxed);
         self.refused_after_wait.store(0, Ordering::Relaxed);
         self.boost.store(0, Ordering::Relaxed);
         self.waits.reset();
@@ -131,11 +132,11 @@ impl TenantFairness {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// That `enqueue` queued its request.
+    /// That `enqueue` was refused after it reached the slot.
     #[inline]
-    pub(crate) fn on_accepted(&self) {
+    pub(crate) fn on_refused_on_arrival(&self) {
         // Relaxed: statistics.
-        self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.arrival_refusals.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A queued request ended refused (after waiting).
@@ -488,9 +489,9 @@ impl Engine {
         let weight = slot.weight.load(Ordering::Relaxed);
         let class = slot.class.load(Ordering::Relaxed);
         let requests = fair.requests.load(Ordering::Relaxed);
-        let accepted = fair.accepted.load(Ordering::Relaxed);
-        let refused = requests
-            .saturating_sub(accepted)
+        let refused = fair
+            .arrival_refusals
+            .load(Ordering::Relaxed)
             .saturating_add(fair.refused_after_wait.load(Ordering::Relaxed))
             .min(requests);
         let since = fair.ready_since();

@@ -260,8 +260,11 @@ impl Classes {
     /// another granter, the class's other tenants had more than their turns; capped at `cap`.
     pub(crate) fn start_visit(&self, class: u32, last_visit: &AtomicU64, cap: i64) -> i64 {
         let class = &self.classes[class as usize];
-        // Relaxed: a counter; the tenant's own `last_visit` is holder-owned.
-        let visit = class.visits.fetch_add(1, Ordering::Relaxed);
+        // Relaxed load and store, not an RMW: two granters of one class may count one visit
+        // between them, which only shifts a make-up estimate; the tenant's `last_visit` is
+        // holder-owned.
+        let visit = class.visits.load(Ordering::Relaxed);
+        class.visits.store(visit + 1, Ordering::Relaxed);
         let last = last_visit.load(Ordering::Relaxed);
         last_visit.store(visit, Ordering::Relaxed);
         let ready = class.ready.load(Ordering::Relaxed).max(1);
