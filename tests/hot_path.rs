@@ -3,57 +3,13 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use common::*;
 use fairq::{Config, Dimension, Enqueued, NextGrant, Outcome, Request, TenantKey};
 
-/// Counts allocations made by the thread that armed it.
-struct CountingAllocator;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the bookkeeping only touches thread-locals that
-// need no allocation (const-initialised `Cell`s).
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ARMED.try_with(|armed| {
-            if armed.get() {
-                COUNT.with(|c| c.set(c.get() + 1));
-            }
-        });
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ARMED.try_with(|armed| {
-            if armed.get() {
-                COUNT.with(|c| c.set(c.get() + 1));
-            }
-        });
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: common::alloc::CountingAllocator = common::alloc::CountingAllocator;
 
-fn counting<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    COUNT.with(|c| c.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, COUNT.with(|c| c.get()))
-}
+use common::alloc::counting;
 
 #[test]
 fn hot_path_allocates_nothing() {

@@ -3,59 +3,16 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use common::*;
 use fairq::{
     Config, Dimension, FeedbackController, NextGrant, Outcome, Policy, Request, StarvationGuard,
     TenantKey, WaitBoost,
 };
 
-struct CountingAllocator;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the bookkeeping only touches const-initialised
-// thread-local `Cell`s, which need no allocation.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ARMED.try_with(|armed| {
-            if armed.get() {
-                COUNT.with(|c| c.set(c.get() + 1));
-            }
-        });
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ARMED.try_with(|armed| {
-            if armed.get() {
-                COUNT.with(|c| c.set(c.get() + 1));
-            }
-        });
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: common::alloc::CountingAllocator = common::alloc::CountingAllocator;
 
-fn counting<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    COUNT.with(|c| c.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, COUNT.with(|c| c.get()))
-}
+use common::alloc::counting;
 
 #[test]
 fn hot_path_allocates_nothing_with_policies_bulkheads_and_metrics_on() {

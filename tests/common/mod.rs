@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod alloc;
+
 use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Request, TenantKey, Ticket};
 
 pub const MS: u64 = 1_000_000;
