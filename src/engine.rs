@@ -17,7 +17,7 @@ use crate::config::{Config, ConfigError, MAX_COST, MAX_WEIGHT};
 use crate::identity::TenantKey;
 use crate::sched::{ClassWeights, Classes, Wheel, CLASS_LIMIT};
 use crate::sync::{AtomicBool, AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
-use crate::tenant::{TenantTable, LIVE_ONE, QUEUED_MASK, QUEUED_ONE};
+use crate::tenant::{TenantTable, FULL_FACTOR, LIVE_ONE, QUEUED_MASK, QUEUED_ONE};
 use crate::ticket::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
 use crate::types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
@@ -28,6 +28,8 @@ use crate::weights::WeightTable;
 const MS: u64 = 1_000_000;
 /// Most visits a tenant can make up at once after missing turns while held.
 const MAKEUP_VISITS: i64 = 8;
+/// DRR credit is kept in 1/1024 cost units, so a fleet factor scales it without rounding.
+const CREDIT_UNIT: i64 = FULL_FACTOR as i64;
 /// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
 const DEBT_QUANTA: i64 = 8;
 /// The engine's clock high-water mark is rewritten at most this often (ns).
@@ -50,6 +52,24 @@ struct Counters {
 fn bump(counter: &AtomicU64) {
     // Relaxed: statistics; no data is published through counters.
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Smallest fleet factor: a tenant keeps at least 2% of its weight on every replica.
+pub const MIN_FLEET_FACTOR: u32 = 20;
+
+/// One tenant as fleet mode's sync loop sees it (`Engine::fleet_tenants`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetTenant {
+    /// The tenant.
+    pub tenant: TenantKey,
+    /// Its configured weight.
+    pub weight: u32,
+    /// Its effective-weight factor now (1024 = full weight).
+    pub factor: u32,
+    /// Cost units granted here since it took its slot.
+    pub served_cost: u64,
+    /// Requests it has queued here now.
+    pub queued: u64,
 }
 
 /// What serving one held tenant produced.
@@ -318,6 +338,13 @@ impl Engine {
     /// yet swept) the ticket ends and every reservation is released.
     fn push_queued(&self, t: u32, ticket: Ticket, now: u64) -> bool {
         let slot = self.tenants.slot(t);
+        // An extra pin for the window between publishing the ticket and announcing its entry: a
+        // cancel may end the ticket as soon as it is published and drop the ticket's own LIVE
+        // count, and without this pin the slot's counts could touch 0 (idle, stealable, and the
+        // active-tenant gauge decremented) with an entry about to be announced. Found by the
+        // loom model tickets::requeue_vs_cancel. Relaxed: ordered before a canceller's release
+        // by the Release of `publish` that the canceller's CAS acquires.
+        slot.counts.fetch_add(LIVE_ONE, Ordering::Relaxed);
         self.tickets.publish(ticket);
         if slot.queue.push(ticket.0).is_err() {
             // A forged handle may have cancelled it already; then the canceller released all.
@@ -325,11 +352,15 @@ impl Engine {
                 self.unreserve(t);
                 self.tenants.release(t, LIVE_ONE, now);
             }
+            self.tenants.release(t, LIVE_ONE, now); // the extra pin
             return false;
         }
-        // AcqRel: Release makes the push visible to the holder that sees this count; Acquire
-        // takes over the previous holder's writes when we activate.
-        let before = slot.counts.fetch_add(QUEUED_ONE, Ordering::AcqRel);
+        // Announces the entry and drops the extra pin in one RMW. AcqRel: Release makes the push
+        // visible to the holder that sees this count; Acquire takes over the previous holder's
+        // writes when we activate.
+        let before = slot
+            .counts
+            .fetch_add(QUEUED_ONE.wrapping_sub(LIVE_ONE), Ordering::AcqRel);
         if before & QUEUED_MASK == 0 {
             self.activate(t, now);
         }
@@ -377,11 +408,10 @@ impl Engine {
             _ => class,
         };
         match counted_in {
-            Some(c) if c == class => self.classes.put_back(c, t, visit_continues),
+            Some(c) if c == class => self.classes.put_back(c, t, visit_continues, slot),
             Some(c) => {
-                self.classes.leave(c);
-                self.classes
-                    .make_ready(class, t, &self.tenants.slot(t).last_visit);
+                self.classes.leave(c, slot);
+                self.classes.make_ready(class, t, slot);
             }
             None => self.enter_ready(t, class, now),
         }
@@ -555,23 +585,26 @@ impl Engine {
             let mut credit = slot.credit.load(Ordering::Relaxed);
             if new_visit {
                 if slot.debt.load(Ordering::Relaxed) != 0 {
-                    credit = credit.saturating_sub(slot.debt.swap(0, Ordering::Relaxed));
+                    let debt = slot.debt.swap(0, Ordering::Relaxed);
+                    credit = credit.saturating_sub(debt.saturating_mul(CREDIT_UNIT));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
                 // Visits it missed while another granter held it are made up (a few at most).
                 let owed = self
                     .classes
                     .start_visit(class, &slot.last_visit, MAKEUP_VISITS);
+                // A tenant at a reduced effective weight (fleet mode) earns credit in proportion.
+                let earned = quantum * owed * i64::from(slot.factor.load(Ordering::Relaxed));
                 // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
-                credit = credit.max(-DEBT_QUANTA * quantum) + quantum * owed;
+                credit = credit.max(-DEBT_QUANTA * quantum * CREDIT_UNIT) + earned;
                 slot.credit.store(credit, Ordering::Relaxed);
                 new_visit = false;
             }
-            if credit < i64::from(cost) {
+            if credit < i64::from(cost) * CREDIT_UNIT {
                 // This visit is spent; the next one adds a quantum. Relaxed: the head's fields
                 // were published with it (see `ticket.rs`).
                 self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
-                self.classes.put_back(class, t, false);
+                self.classes.put_back(class, t, false, slot);
                 return Served::Nothing;
             }
             let user_data = cell.user_data.load(Ordering::Relaxed);
@@ -583,7 +616,7 @@ impl Engine {
                 self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 continue; // a cancel won; the next round sweeps it
             }
-            let credit = credit - i64::from(cost);
+            let credit = credit - i64::from(cost) * CREDIT_UNIT;
             slot.credit.store(credit, Ordering::Relaxed);
             self.unreserve(t);
             self.record_grant(t, cost, now);
@@ -645,7 +678,7 @@ impl Engine {
                 .tickets
                 .cell(Ticket(slot.staged.load(Ordering::Relaxed)))
                 .map_or(u32::MAX, |c| c.cost.load(Ordering::Relaxed));
-            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost)
+            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * CREDIT_UNIT
         };
         self.place(t, Some(class), visit_continues, now);
     }
@@ -1001,6 +1034,45 @@ impl Engine {
             return w;
         }
         self.weights.with(|w| w.get(key.get()))
+    }
+
+    /// Fleet mode: schedules a live tenant at an *effective weight* `w' = w × factor / 1024`,
+    /// `factor` in 20..=1024 (0.02 to 1). A replica whose tenant is also served elsewhere in a
+    /// fleet lowers its factor so the fleet as a whole serves it its share. Takes effect at the
+    /// tenant's next turn; the slot keeps it until it is reused by another tenant (a new tenant
+    /// starts at 1024). Returns whether the tenant holds a slot. Never blocks a grant.
+    pub fn set_fleet_factor(&self, key: TenantKey, factor: u32) -> Result<bool, Error> {
+        if !(MIN_FLEET_FACTOR..=FULL_FACTOR).contains(&factor) {
+            return Err(Error::InvalidArgument("fleet factor must be in 20..=1024"));
+        }
+        let Some(t) = self.tenants.pin_existing(key.get()) else {
+            return Ok(false);
+        };
+        // Relaxed: the tenant's turn holder reads it at its next placement or visit.
+        self.tenants.slot(t).factor.store(factor, Ordering::Relaxed);
+        self.tenants.release(t, LIVE_ONE, 0);
+        Ok(true)
+    }
+
+    /// Fleet mode: appends every tenant holding a slot to `out` (off the hot path: it scans the
+    /// table). `served_cost` only grows while the tenant keeps its slot; a tenant that lost its
+    /// slot and came back starts again from 0, which a sync loop must treat as a reset.
+    pub fn fleet_tenants(&self, out: &mut Vec<FleetTenant>) {
+        for index in 0..self.tenants.len() as u32 {
+            let Some(t) = self.tenants.pin_index(index) else {
+                continue;
+            };
+            let slot = self.tenants.slot(t);
+            // Relaxed: a snapshot of counters.
+            out.push(FleetTenant {
+                tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
+                weight: slot.weight.load(Ordering::Relaxed),
+                factor: slot.factor.load(Ordering::Relaxed),
+                served_cost: slot.granted_cost.load(Ordering::Relaxed),
+                queued: u64::from(slot.depth.load(Ordering::Relaxed)),
+            });
+            self.tenants.release(t, LIVE_ONE, 0);
+        }
     }
 
     /// Grants and cost units granted to a tenant since it took its slot, if it holds one.

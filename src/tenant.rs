@@ -31,6 +31,8 @@ pub(crate) const LIVE_ONE: u64 = 1 << 32;
 const STEALING: u64 = 1 << 63;
 /// Most slots one lookup probes. Bounds enqueue's cost on a crowded table.
 pub(crate) const PROBE_WINDOW: usize = 512;
+/// A tenant's effective-weight factor at full weight (`sched::FACTOR_ONE`).
+pub(crate) const FULL_FACTOR: u32 = 1 << 10;
 /// "No tenant" in links and staged handles.
 pub(crate) const NIL: u32 = u32::MAX;
 
@@ -50,13 +52,18 @@ pub(crate) struct TenantSlot {
     pub(crate) staged: AtomicU64,
     /// Owned by the turn holder: next tenant in the same timing-wheel bucket.
     pub(crate) wheel_next: AtomicU32,
-    /// Owned by the turn holder: cost credit inside the class (DRR).
+    /// Owned by the turn holder: cost credit inside the class (DRR), in 1/1024 cost units.
     pub(crate) credit: AtomicI64,
     /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
     /// holder at the tenant's next visit.
     pub(crate) debt: AtomicI64,
     /// Owned by the turn holder: the class visit number at which its last visit began.
     pub(crate) last_visit: AtomicU64,
+    /// Effective-weight factor in 1/1024 (fleet mode): the tenant is scheduled at
+    /// `weight × factor / 1024`. 1024 (full weight) unless `Engine::set_fleet_factor` lowers it.
+    pub(crate) factor: AtomicU32,
+    /// Owned by the turn holder: the factor its class's ready weight counts for it now.
+    pub(crate) counted_factor: AtomicU32,
     /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
     pub(crate) last_active: AtomicU64,
     /// Owned by the turn holder: time of the last grant, and the EWMA of the interval between
@@ -86,6 +93,8 @@ impl TenantSlot {
             credit: AtomicI64::new(0),
             debt: AtomicI64::new(0),
             last_visit: AtomicU64::new(0),
+            factor: AtomicU32::new(FULL_FACTOR),
+            counted_factor: AtomicU32::new(FULL_FACTOR),
             last_active: AtomicU64::new(0),
             last_grant: AtomicU64::new(0),
             interval: AtomicU64::new(0),
@@ -233,6 +242,13 @@ impl TenantTable {
         false
     }
 
+    /// Pins the slot at `index` if it holds a tenant (any key), for table scans.
+    pub(crate) fn pin_index(&self, index: u32) -> Option<u32> {
+        let slot = self.slots.get(index as usize)?;
+        let key = slot.key.load(Ordering::Acquire);
+        (key != 0 && self.try_pin(index as usize, key)).then_some(index)
+    }
+
     /// Finds `key`'s slot without claiming one, pinned.
     pub(crate) fn pin_existing(&self, key: u64) -> Option<u32> {
         for index in self.probe(key) {
@@ -326,6 +342,7 @@ impl TenantTable {
         debug_assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
         slot.credit.store(0, Ordering::Relaxed);
         slot.debt.store(0, Ordering::Relaxed);
+        slot.factor.store(FULL_FACTOR, Ordering::Relaxed);
         slot.last_grant.store(now, Ordering::Relaxed);
         slot.interval.store(0, Ordering::Relaxed);
         slot.granted.store(0, Ordering::Relaxed);
@@ -351,7 +368,8 @@ impl TenantTable {
             if now != 0 {
                 slot.last_active.store(now, Ordering::Relaxed);
             }
-            self.active.fetch_sub(1, Ordering::Relaxed);
+            let before = self.active.fetch_sub(1, Ordering::Relaxed);
+            debug_assert!(before > 0, "active tenants below zero");
         }
         previous
     }
