@@ -216,6 +216,15 @@ impl TenantFairness {
 }
 
 /// `weight · Δservice`, from 2⁻⁴⁰ per weight unit to 2⁻¹⁶ cost units.
+/// A tenant's weight in the units of the SWRR totals: weight × its counted effective-weight
+/// factor (1024 = full weight), so expected shares follow fleet mode's scaling too.
+fn effective_weight(slot: &TenantSlot) -> u32 {
+    // Relaxed: a snapshot; the factor is written by the tenant's turn holder.
+    slot.weight
+        .load(Ordering::Relaxed)
+        .saturating_mul(slot.counted_factor.load(Ordering::Relaxed))
+}
+
 fn accrued(delta: u64, weight: u32) -> u64 {
     let units = (u128::from(delta) * u128::from(weight)) >> (SERVICE_SHIFT - EXPECTED_SHIFT);
     u64::try_from(units).unwrap_or(u64::MAX)
@@ -276,17 +285,16 @@ impl Engine {
             .slot(t)
             .fair
             .became_ready(now, self.service_now());
-        self.classes
-            .make_ready(class, t, &self.tenants.slot(t).last_visit);
+        self.classes.make_ready(class, t, self.tenants.slot(t));
     }
 
     /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).
     pub(crate) fn leave_ready(&self, t: u32, class: u32, now: u64) {
         let slot = self.tenants.slot(t);
-        let weight = slot.weight.load(Ordering::Relaxed);
+        let weight = effective_weight(slot);
         slot.fair.left_ready(now, self.service_now(), weight);
         self.end_boost(slot);
-        self.classes.leave(class);
+        self.classes.leave(class, slot);
     }
 
     /// The holder granted tenant `t`'s head: cost, the SWRR total of the pick, the wait.
@@ -303,7 +311,7 @@ impl Engine {
     ) {
         let slot = self.tenants.slot(t);
         let service = self.service_advance(cost, total);
-        let weight = slot.weight.load(Ordering::Relaxed);
+        let weight = effective_weight(slot);
         slot.fair.granted(now, service, weight);
         slot.fair.on_wait(waited_ns);
         self.fair.record_wait(spread, waited_ns);
@@ -498,8 +506,10 @@ impl Engine {
         let mut expected = fair.expected.load(Ordering::Relaxed);
         if since.is_some() {
             let mark = fair.service_mark.load(Ordering::Relaxed);
-            expected =
-                expected.saturating_add(accrued(self.service_now().wrapping_sub(mark), weight));
+            expected = expected.saturating_add(accrued(
+                self.service_now().wrapping_sub(mark),
+                effective_weight(slot),
+            ));
         }
         let expected_cost = expected as f64 / f64::from(1u32 << EXPECTED_SHIFT);
         let granted_cost = slot.granted_cost.load(Ordering::Relaxed);

@@ -47,7 +47,7 @@ mod weights;
 pub use bulkhead::MAX_DOWNSTREAMS;
 pub use clock::now_ns;
 pub use config::{Config, ConfigError, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
-pub use engine::Engine;
+pub use engine::{Engine, FleetTenant, MIN_FLEET_FACTOR};
 pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
 pub use indicators::{FairnessAggregate, FairnessReport, MinMax, TenantIndicators};
 pub use policy::{

@@ -22,7 +22,7 @@
 //! class then runs a debt that later picks pay back, so long-run shares stay exact.
 
 use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering};
-use crate::tenant::{TenantTable, NIL};
+use crate::tenant::{TenantSlot, TenantTable, NIL};
 
 /// Most classes; `ExcludeMask` has one bit per class.
 pub(crate) const CLASS_LIMIT: usize = 64;
@@ -35,6 +35,9 @@ pub(crate) struct Class {
     weight: AtomicU32,
     /// Tenants in the ring, plus the visitor, plus tenants held by a granter.
     ready: AtomicI64,
+    /// `Σ (FACTOR_ONE − factor)` over those tenants: how far their effective weights fall short
+    /// of the class weight (fleet mode, `TenantSlot::factor`). 0 when no factor is set.
+    derate: AtomicI64,
     /// SWRR current weight.
     current: AtomicI64,
     /// Extra SWRR weight from wait boosts (`policy.rs`): +1 per boosted tenant. 0 unless the
@@ -52,14 +55,21 @@ pub(crate) struct Class {
 }
 
 impl Class {
-    /// SWRR weight with `ready` (> 0) ready tenants: `weight × ready`, plus any wait boosts.
+    /// SWRR weight with `ready` (> 0) ready tenants, in units of 1/`FACTOR_ONE`: the sum of their
+    /// effective weights (`weight × ready` when no factor is set), plus any wait boosts.
     #[inline]
     fn gain(&self, ready: i64) -> i64 {
-        // Relaxed: see `Classes::pick`.
-        i64::from(self.weight.load(Ordering::Relaxed)) * ready
-            + self.boost.load(Ordering::Relaxed).max(0)
+        // Relaxed: see `Classes::pick`. `ready` and `derate` are read apart, so a holder between
+        // its two updates can skew one pick; credits stay conserved (refunds use what was added)
+        // and the floor of 1 keeps a class with ready tenants in the pick.
+        let effective = (ready * FACTOR_ONE - self.derate.load(Ordering::Relaxed)).max(1);
+        i64::from(self.weight.load(Ordering::Relaxed)) * effective
+            + self.boost.load(Ordering::Relaxed).max(0) * FACTOR_ONE
     }
 }
+
+/// A tenant's effective-weight factor for "full weight" (fleet mode scales it down).
+pub(crate) const FACTOR_ONE: i64 = 1 << 10;
 
 pub(crate) struct Classes {
     classes: Box<[CachePadded<Class>]>,
@@ -76,6 +86,7 @@ impl Classes {
                     CachePadded::new(Class {
                         weight: AtomicU32::new(0),
                         ready: AtomicI64::new(0),
+                        derate: AtomicI64::new(0),
                         current: AtomicI64::new(0),
                         boost: AtomicI64::new(0),
                         visits: AtomicU64::new(0),
@@ -279,21 +290,45 @@ impl Classes {
 
     /// Adds `tenant` to `class`'s ready set. Counts it before pushing it, so the count is never
     /// below the ring's length. A class that was idle starts with a clean SWRR credit.
-    /// `last_visit` (the tenant's, owned by its turn holder) starts counting from now.
-    pub(crate) fn make_ready(&self, class: u32, tenant: u32, last_visit: &AtomicU64) {
+    /// The tenant's `last_visit` starts counting from now, and its effective-weight factor is
+    /// counted in (both owned by its turn holder).
+    pub(crate) fn make_ready(&self, class: u32, tenant: u32, slot: &TenantSlot) {
         let class = &self.classes[class as usize];
+        let factor = slot.factor.load(Ordering::Relaxed);
+        slot.counted_factor.store(factor, Ordering::Relaxed);
+        if factor != FACTOR_ONE as u32 {
+            class
+                .derate
+                .fetch_add(FACTOR_ONE - i64::from(factor), Ordering::Relaxed);
+        }
         if class.ready.fetch_add(1, Ordering::Relaxed) == 0 {
             class.current.store(0, Ordering::Relaxed);
         }
-        last_visit.store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
+        slot.last_visit
+            .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
         // The ring holds every tenant at most once and is sized for all of them.
         let pushed = class.ring.push(tenant);
         debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
     }
 
-    /// Puts a held tenant back: as the visitor if its visit goes on, else at the ring's tail.
-    pub(crate) fn put_back(&self, class: u32, tenant: u32, visit_continues: bool) {
+    /// Puts a held tenant back: as the visitor if its visit goes on, else at the ring's tail. A
+    /// factor changed since the tenant was counted in is counted again first.
+    pub(crate) fn put_back(
+        &self,
+        class: u32,
+        tenant: u32,
+        visit_continues: bool,
+        slot: &TenantSlot,
+    ) {
         let class = &self.classes[class as usize];
+        let factor = slot.factor.load(Ordering::Relaxed);
+        let counted = slot.counted_factor.load(Ordering::Relaxed);
+        if factor != counted {
+            slot.counted_factor.store(factor, Ordering::Relaxed);
+            class
+                .derate
+                .fetch_add(i64::from(counted) - i64::from(factor), Ordering::Relaxed);
+        }
         // Release: the holder's writes to the tenant slot happen before the next holder's take.
         if visit_continues
             && class
@@ -308,10 +343,15 @@ impl Classes {
     }
 
     /// A held tenant leaves `class`'s ready set (parked, idle or moving class).
-    pub(crate) fn leave(&self, class: u32) {
-        self.classes[class as usize]
-            .ready
-            .fetch_sub(1, Ordering::Relaxed);
+    pub(crate) fn leave(&self, class: u32, slot: &TenantSlot) {
+        let class = &self.classes[class as usize];
+        class.ready.fetch_sub(1, Ordering::Relaxed);
+        let counted = slot.counted_factor.load(Ordering::Relaxed);
+        if counted != FACTOR_ONE as u32 {
+            class
+                .derate
+                .fetch_sub(FACTOR_ONE - i64::from(counted), Ordering::Relaxed);
+        }
     }
 
     /// Raises the class quantum to cover `cost`; returns the quantum.
