@@ -29,6 +29,8 @@ mod bulkhead;
 mod clock;
 mod config;
 mod engine;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 // The C ABI: the one module besides the lock-free cells allowed `unsafe` (raw pointers from C).
 #[allow(unsafe_code)]
 pub mod ffi;
