@@ -326,3 +326,55 @@ fn the_library_thread_syncs_every_period_until_stopped() {
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(fleet.status().syncs, syncs, "stopped");
 }
+
+#[test]
+fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
+    let server = RedisServer::start();
+    let engine = new_engine();
+    serve(&engine, "a", 3, 0);
+    let cfg = FleetConfig {
+        period_ms: 50,
+        ..config(&server, "paused", "r1")
+    };
+    let thread = Fleet::new(engine.clone(), cfg).unwrap().start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while thread.status().syncs < 2 {
+        assert!(Instant::now() < deadline, "{:?}", thread.status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(&server, "-STOP");
+    // Grants keep flowing while the sync thread waits on a frozen Redis.
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while started.elapsed() < Duration::from_millis(600) {
+        let t = Instant::now();
+        serve(&engine, "a", 1, 0);
+        slowest = slowest.max(t.elapsed());
+    }
+    let status = thread.status();
+    signal(&server, "-CONT");
+    assert!(
+        slowest < Duration::from_millis(20),
+        "a grant waited {slowest:?}"
+    );
+    assert!(status.consecutive_failures >= 3, "{status:?}");
+    assert!(status.degraded, "{status:?}");
+    // Redis back: the thread reconnects and syncs again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while thread.status().consecutive_failures > 0 {
+        assert!(Instant::now() < deadline, "{:?}", thread.status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stopping = Instant::now();
+    thread.stop();
+    assert!(stopping.elapsed() < Duration::from_secs(1));
+}
+
+fn signal(server: &RedisServer, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &server.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
