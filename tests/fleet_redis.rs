@@ -353,8 +353,10 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
     }
     let status = thread.status();
     signal(&server, "-CONT");
+    // A grant that waited on the sync would wait a whole socket timeout (P/2 = 50 ms); the
+    // bound leaves room for the scheduler preempting a debug build on a busy CI machine.
     assert!(
-        slowest < Duration::from_millis(20),
+        slowest < Duration::from_millis(45),
         "a grant waited {slowest:?}"
     );
     assert!(status.consecutive_failures >= 3, "{status:?}");
