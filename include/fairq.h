@@ -601,8 +601,9 @@ int32_t fairq_complete_with_cost_at(const struct fairq_engine *engine,
 // As `fairq_cancel_at`.
 int32_t fairq_cancel(const struct fairq_engine *engine, uint64_t ticket);
 
-// Ends a queued or granted ticket (the client went away, or its own timer fired); a granted
-// ticket gives its permit back. `FAIRQ_ERR_STALE_TICKET` when it already ended.
+// Ends a queued or granted ticket (the client went away); a granted ticket gives its permit
+// back. Counted as `cancelled`: for a budget timer use `fairq_expire`, counted as
+// `deadline_exceeded`. `FAIRQ_ERR_STALE_TICKET` when it already ended.
 //
 // # Safety
 // `engine` must be NULL or a live engine.

@@ -727,8 +727,9 @@ pub unsafe extern "C" fn fairq_cancel(engine: *const fairq_engine, ticket: u64) 
     })
 }
 
-/// Ends a queued or granted ticket (the client went away, or its own timer fired); a granted
-/// ticket gives its permit back. `FAIRQ_ERR_STALE_TICKET` when it already ended.
+/// Ends a queued or granted ticket (the client went away); a granted ticket gives its permit
+/// back. Counted as `cancelled`: for a budget timer use `fairq_expire`, counted as
+/// `deadline_exceeded`. `FAIRQ_ERR_STALE_TICKET` when it already ended.
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine.
