@@ -693,6 +693,37 @@ ngx_http_fairq_add_number(ngx_http_request_t *r, char *key, uint64_t n)
 }
 
 
+/* Sends the headers already set and the body [pos, last) from the request pool. */
+static ngx_int_t
+ngx_http_fairq_send(ngx_http_request_t *r, u_char *pos, u_char *last)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    b->pos = pos;
+    b->last = last;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
 /* 429 with Retry-After, the x-fair-queue-* headers and the JSON error body. */
 static ngx_int_t
 ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
@@ -701,8 +732,6 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
     u_char       *body, *last;
     uint64_t      wait_ms, retry_s, hint_ns;
     ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
     const char   *reason;
 
     ngx_http_fairq_worker.refused[ctx->reason % FAIRQ_REASON_SLOTS]++;
@@ -754,26 +783,7 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = body;
-    b->last = last;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_fairq_send(r, body, last);
 }
 
 
@@ -819,8 +829,6 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
     int32_t       frc;
     uint32_t      reason;
     ngx_int_t     rc, tries;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -905,26 +913,7 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 
-    rc = ngx_http_send_header(r);
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = buf;
-    b->last = p;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_fairq_send(r, buf, p);
 }
 
 
