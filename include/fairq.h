@@ -308,7 +308,8 @@ typedef struct fairq_stats {
     uint64_t requeued;
     // Tickets ended by `fairq_cancel`.
     uint64_t cancelled;
-    // Tickets ended by their deadline while queued (returned as `FAIRQ_EXPIRED`).
+    // Tickets ended by their deadline while queued (returned as `FAIRQ_EXPIRED`, or ended by
+    // `fairq_expire`).
     uint64_t expired;
     // Tickets ended because a requeue did not fit.
     uint64_t refused_after_wait;

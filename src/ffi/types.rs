@@ -275,7 +275,8 @@ pub struct fairq_stats {
     pub requeued: u64,
     /// Tickets ended by `fairq_cancel`.
     pub cancelled: u64,
-    /// Tickets ended by their deadline while queued (returned as `FAIRQ_EXPIRED`).
+    /// Tickets ended by their deadline while queued (returned as `FAIRQ_EXPIRED`, or ended by
+    /// `fairq_expire`).
     pub expired: u64,
     /// Tickets ended because a requeue did not fit.
     pub refused_after_wait: u64,
