@@ -32,6 +32,8 @@ const MAKEUP_VISITS: i64 = 8;
 const CREDIT_UNIT: i64 = FULL_FACTOR as i64;
 /// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
 const DEBT_QUANTA: i64 = 8;
+/// LIVE counts `enqueue` pins a slot with: the ticket's own, and `push_queued`'s extra pin.
+const ENQUEUE_PINS: u64 = 2;
 /// The engine's clock high-water mark is rewritten at most this often (ns).
 const CLOCK_STEP: u64 = MS;
 /// Counter shards: spread by ticket index, so threads rarely share a counter line.
@@ -40,7 +42,6 @@ const SHARDS: usize = 8;
 #[derive(Default)]
 struct Counters {
     enqueued: AtomicU64,
-    granted: AtomicU64,
     completed: AtomicU64,
     requeued: AtomicU64,
     cancelled: AtomicU64,
@@ -210,33 +211,36 @@ impl Engine {
             0 => self.max_wait_ns,
             timeout => timeout.min(self.max_wait_ns),
         };
+        // Two pins in one RMW: one becomes the ticket's LIVE count, the other is `push_queued`'s
+        // extra pin (see there). Both are released on a refusal.
         let Ok(t) = self
             .tenants
-            .pin_or_claim(key.get(), now, |slot| self.init_slot(slot, key.get()))
+            .pin_or_claim(key.get(), now, ENQUEUE_PINS, |slot| {
+                self.init_slot(slot, key.get())
+            })
         else {
             return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
         };
         self.tenants.slot(t).fair.on_request();
-        // From here the pin (one LIVE count) becomes the ticket's, or is released on refusal.
         let position = match self.reserve(t, now) {
             Ok(position) => position,
             Err(refusal) => {
                 self.tenants.slot(t).fair.on_refused_on_arrival();
-                self.tenants.release(t, LIVE_ONE, now);
+                self.tenants.release(t, ENQUEUE_PINS * LIVE_ONE, now);
                 return Ok(self.refuse_on_arrival(spread, refusal.reason, refusal.position));
             }
         };
         if request.retry_after_ns > budget {
             self.tenants.slot(t).fair.on_refused_on_arrival();
             self.unreserve(t);
-            self.tenants.release(t, LIVE_ONE, now);
+            self.tenants.release(t, ENQUEUE_PINS * LIVE_ONE, now);
             return Ok(self.refuse_on_arrival(spread, Reason::WaitExceedsBudget, position));
         }
         let Some(ticket) = self.tickets.alloc() else {
             // Unreachable: the slab holds everything queued plus everything in flight.
             self.tenants.slot(t).fair.on_refused_on_arrival();
             self.unreserve(t);
-            self.tenants.release(t, LIVE_ONE, now);
+            self.tenants.release(t, ENQUEUE_PINS * LIVE_ONE, now);
             return Ok(self.refuse_on_arrival(spread, Reason::QueueFull, position));
         };
         let slot = self.tenants.slot(t);
@@ -259,7 +263,7 @@ impl Engine {
                 .store(estimated_wait_ns, Ordering::Relaxed);
         }
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
-        if !self.push_queued(t, ticket, now) {
+        if !self.push_queued(t, ticket, now, true) {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             slot.fair.on_refused_on_arrival();
             let counters = self.shard(spread);
@@ -335,8 +339,9 @@ impl Engine {
 
     /// Publishes a reserved ticket into tenant `t`'s queue and announces it, activating the
     /// tenant if it was idle. On failure (the queue is physically full of cancelled entries not
-    /// yet swept) the ticket ends and every reservation is released.
-    fn push_queued(&self, t: u32, ticket: Ticket, now: u64) -> bool {
+    /// yet swept) the ticket ends and every reservation is released. `pinned`: the caller already
+    /// holds the extra pin described below (`enqueue` takes it with its own).
+    fn push_queued(&self, t: u32, ticket: Ticket, now: u64, pinned: bool) -> bool {
         let slot = self.tenants.slot(t);
         // An extra pin for the window between publishing the ticket and announcing its entry: a
         // cancel may end the ticket as soon as it is published and drop the ticket's own LIVE
@@ -344,7 +349,9 @@ impl Engine {
         // active-tenant gauge decremented) with an entry about to be announced. Found by the
         // loom model tickets::requeue_vs_cancel. Relaxed: ordered before a canceller's release
         // by the Release of `publish` that the canceller's CAS acquires.
-        slot.counts.fetch_add(LIVE_ONE, Ordering::Relaxed);
+        if !pinned {
+            slot.counts.fetch_add(LIVE_ONE, Ordering::Relaxed);
+        }
         self.tickets.publish(ticket);
         if slot.queue.push(ticket.0).is_err() {
             // A forged handle may have cancelled it already; then the canceller released all.
@@ -621,16 +628,7 @@ impl Engine {
             self.unreserve(t);
             self.record_grant(t, cost, now);
             let waited_ns = now.saturating_sub(enqueued_at);
-            self.on_grant(
-                t,
-                class,
-                cost,
-                total,
-                waited_ns,
-                u64::from(head.index()),
-                now,
-            );
-            bump(&self.shard(u64::from(head.index())).granted);
+            self.on_grant(t, class, cost, total, waited_ns, now);
             let grant = Grant {
                 ticket: head,
                 tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
@@ -703,6 +701,8 @@ impl Engine {
         let granted_cost = slot.granted_cost.load(Ordering::Relaxed);
         slot.granted_cost
             .store(granted_cost + u64::from(cost), Ordering::Relaxed);
+        let total = slot.grants_total.load(Ordering::Relaxed);
+        slot.grants_total.store(total + 1, Ordering::Relaxed);
     }
 
     /// Ends a queued head whose deadline passed. `None` if a cancel ended it first.
@@ -720,7 +720,7 @@ impl Engine {
         bump(&counters.expired);
         bump(&counters.refused[Reason::DeadlineExceeded.index()]);
         let waited_ns = now.saturating_sub(enqueued_at);
-        self.on_refused_after_wait(t, waited_ns, u64::from(head.index()), true);
+        self.on_refused_after_wait(t, waited_ns, None, true);
         let key = self.tenants.slot(t).key.load(Ordering::Relaxed);
         Some(Expired {
             ticket: head,
@@ -800,7 +800,7 @@ impl Engine {
         let enqueued_at = cell.enqueued_at.load(Ordering::Relaxed);
         let waited_ns = now.saturating_sub(enqueued_at);
         let refuse = |reason: Reason, position: u32| {
-            self.on_refused_after_wait(t, waited_ns, spread, false);
+            self.on_refused_after_wait(t, waited_ns, Some(spread), false);
             self.tickets.end(ticket, REQUEUING);
             self.tenants.release(t, LIVE_ONE, now);
             let counters = self.shard(spread);
@@ -826,9 +826,9 @@ impl Engine {
         cell.position.store(position, Ordering::Relaxed);
         cell.estimated_wait
             .store(estimated_wait_ns, Ordering::Relaxed);
-        if !self.push_queued(t, ticket, now) {
+        if !self.push_queued(t, ticket, now, false) {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
-            self.on_refused_after_wait(t, waited_ns, spread, false);
+            self.on_refused_after_wait(t, waited_ns, Some(spread), false);
             let counters = self.shard(spread);
             bump(&counters.refused_after_wait);
             bump(&counters.refused[Reason::TenantQueueFull.index()]);
@@ -920,7 +920,7 @@ impl Engine {
             }
             if reason == Reason::DeadlineExceeded {
                 // Before the release below: the slot is still pinned by this ticket.
-                self.on_refused_after_wait(t, waited_ns, u64::from(ticket.index()), true);
+                self.on_refused_after_wait(t, waited_ns, Some(u64::from(ticket.index())), true);
             }
             self.tenants.release(t, LIVE_ONE, now);
             let counters = self.shard(u64::from(ticket.index()));
@@ -1097,7 +1097,8 @@ impl Engine {
         }
     }
 
-    /// A snapshot of gauges and counters.
+    /// A snapshot of gauges and counters. Reads every tenant slot (O(`max_tenants`)): call it
+    /// for metrics, not per request.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats {
             queued: self.queued.count.load(Ordering::Relaxed),
@@ -1105,10 +1106,15 @@ impl Engine {
             tenants: self.tenants.active(),
             ..Stats::default()
         };
+        // Grants are counted per slot by the tenant's turn holder (no shared RMW per grant);
+        // `grants_total` is never reset, so the sum only grows.
+        for slot in self.tenants.slots() {
+            // Relaxed: a snapshot of statistics.
+            stats.granted += slot.grants_total.load(Ordering::Relaxed);
+        }
         for shard in self.counters.iter() {
             let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
             stats.enqueued += get(&shard.enqueued);
-            stats.granted += get(&shard.granted);
             stats.completed += get(&shard.completed);
             stats.requeued += get(&shard.requeued);
             stats.cancelled += get(&shard.cancelled);

@@ -1,13 +1,16 @@
 //! Fixed-bucket wait histograms with atomic bucket counters.
 //!
 //! One set of bucket bounds, 1 ms to 60 s, serves both the Prometheus
-//! `rate_limit_fair_queue_wait_seconds` histogram (engine-wide, sharded, `u64` buckets) and each
-//! tenant's wait-p95 indicator (one compact `u32` histogram in the tenant slot). Recording is a
-//! binary search over 16 constants plus one `Relaxed` `fetch_add`: no lock, no allocation, so it
-//! is safe on the hot path. Readers sum the buckets with `Relaxed` loads; a snapshot taken while
-//! writers run may be off by the few observations in flight, which a histogram tolerates.
+//! `rate_limit_fair_queue_wait_seconds` histogram and each tenant's wait-p95 indicator. Each
+//! tenant slot keeps one histogram whose buckets only ever grow, across the tenants that use the
+//! slot: the engine-wide histogram is their sum, and a tenant's own view is the counts minus a
+//! baseline taken when it claimed the slot. So a wait is recorded once, with one `Relaxed`
+//! `fetch_add` after a binary search over 16 constants: no lock, no allocation, safe on the hot
+//! path. Readers sum the buckets with `Relaxed` loads; a snapshot taken while writers run may be
+//! off by the few observations in flight, which a histogram tolerates, and never goes backwards
+//! (each bucket only grows).
 
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Upper bounds (`le`) of the finite buckets, in ns: 1 ms … 60 s. A value equal to a bound falls
 /// in that bound's bucket, as Prometheus' `le` requires.
@@ -45,42 +48,19 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
     BOUNDS_NS.partition_point(|&bound| bound < ns)
 }
 
-/// An engine-wide histogram shard: per-bucket (not cumulative) counts and the sum of waits.
-#[derive(Default)]
-pub(crate) struct WaitHistogram {
-    buckets: [AtomicU64; BUCKETS],
-    sum_ns: AtomicU64,
-}
-
-impl WaitHistogram {
-    /// Records one wait.
-    #[inline]
-    pub(crate) fn record(&self, ns: u64) {
-        // Relaxed: statistics; nothing is published through these counters.
-        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// Adds this shard's per-bucket counts and sum into `counts` and `sum_ns`.
-    pub(crate) fn add_into(&self, counts: &mut [u64; BUCKETS], sum_ns: &mut u64) {
-        for (total, bucket) in counts.iter_mut().zip(self.buckets.iter()) {
-            // Relaxed: a snapshot of statistics.
-            *total += bucket.load(Ordering::Relaxed);
-        }
-        *sum_ns = sum_ns.wrapping_add(self.sum_ns.load(Ordering::Relaxed));
-    }
-}
-
-/// A tenant's compact histogram (68 bytes): per-bucket counts only. The counts wrap after 2³²
-/// waits in one bucket, far beyond any one tenant's life in a slot between resets.
+/// A slot's wait histogram: per-bucket (not cumulative) counts that only grow, and the
+/// baseline its current tenant started from.
 pub(crate) struct TenantWaits {
-    buckets: [AtomicU32; BUCKETS],
+    buckets: [AtomicU64; BUCKETS],
+    /// The counts when the current tenant claimed the slot; written only by the claimer.
+    base: [AtomicU64; BUCKETS],
 }
 
 impl TenantWaits {
     pub(crate) fn new() -> TenantWaits {
         TenantWaits {
-            buckets: std::array::from_fn(|_| AtomicU32::new(0)),
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            base: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -90,16 +70,30 @@ impl TenantWaits {
         self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Clears the counts. Called only by the thread that owns the slot exclusively (a claim).
+    /// A new tenant starts counting from here. Called only by the thread that owns the slot
+    /// exclusively (a claim), when no ticket of the previous tenant is live.
     pub(crate) fn reset(&self) {
-        for bucket in &self.buckets {
-            bucket.store(0, Ordering::Relaxed);
+        for (base, bucket) in self.base.iter().zip(&self.buckets) {
+            // Relaxed: the claimer's Release of `counts` publishes the baseline.
+            base.store(bucket.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
 
-    /// A snapshot of the per-bucket counts.
+    /// The current tenant's per-bucket counts.
     pub(crate) fn counts(&self) -> [u64; BUCKETS] {
-        std::array::from_fn(|i| u64::from(self.buckets[i].load(Ordering::Relaxed)))
+        // Relaxed: a snapshot of statistics.
+        std::array::from_fn(|i| {
+            let base = self.base[i].load(Ordering::Relaxed);
+            self.buckets[i].load(Ordering::Relaxed).saturating_sub(base)
+        })
+    }
+
+    /// Adds every count this slot ever recorded into `counts` (the engine-wide histogram).
+    pub(crate) fn add_lifetime_into(&self, counts: &mut [u64; BUCKETS]) {
+        for (total, bucket) in counts.iter_mut().zip(&self.buckets) {
+            // Relaxed: a snapshot of statistics.
+            *total += bucket.load(Ordering::Relaxed);
+        }
     }
 }
 

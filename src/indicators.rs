@@ -39,13 +39,14 @@
 //! # Cost on the hot path
 //! A grant adds one `fetch_add` to the service clock, which shares the cache line of the global
 //! queued count (also written by every grant), plus `Relaxed` stores to the tenant's slot, which
-//! the grant writes anyway, and one bucket `fetch_add` in a histogram shard. Nothing allocates.
+//! the grant writes anyway, and one bucket `fetch_add` in the slot's wait histogram, which also
+//! feeds the engine-wide one (`histogram.rs`). Nothing allocates.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::engine::Engine;
-use crate::histogram::{quantile_ns, TenantWaits, WaitHistogram, BUCKETS};
+use crate::histogram::{quantile_ns, TenantWaits, BUCKETS};
 use crate::identity::TenantKey;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::tenant::TenantSlot;
@@ -56,7 +57,7 @@ const NOT_READY: u64 = u64::MAX;
 const SERVICE_SHIFT: u32 = 40;
 /// Fixed-point shift of `expected`: cost units × 2¹⁶.
 const EXPECTED_SHIFT: u32 = 16;
-/// Histogram shards, spread like the engine's counters.
+/// Shards of the wait sum recorded by callers that do not hold the tenant's turn.
 const WAIT_SHARDS: usize = 8;
 /// The quantile the wait indicator reports.
 const WAIT_QUANTILE: f64 = 0.95;
@@ -230,32 +231,18 @@ fn accrued(delta: u64, weight: u32) -> u64 {
     u64::try_from(units).unwrap_or(u64::MAX)
 }
 
-/// Engine-wide indicator state: the sharded `wait_seconds` histogram.
+/// Engine-wide indicator state. The `wait_seconds` buckets are the sum of the slots' histograms;
+/// its sum is the slots' holder-written `wait_sum_total` plus these shards, which take the waits
+/// recorded by callers that do not hold the tenant's turn (`expire`).
 pub(crate) struct EngineFairness {
-    waits: Box<[CachePadded<WaitHistogram>]>,
+    wait_sums: Box<[CachePadded<AtomicU64>]>,
 }
 
 impl EngineFairness {
     pub(crate) fn new() -> EngineFairness {
         EngineFairness {
-            waits: (0..WAIT_SHARDS).map(|_| CachePadded::default()).collect(),
+            wait_sums: (0..WAIT_SHARDS).map(|_| CachePadded::default()).collect(),
         }
-    }
-
-    /// Records a wait in the shard picked by `spread` (a ticket index).
-    #[inline]
-    pub(crate) fn record_wait(&self, spread: u64, waited_ns: u64) {
-        self.waits[(spread as usize) % WAIT_SHARDS].record(waited_ns);
-    }
-
-    /// Per-bucket counts and the sum of waits, all shards together.
-    pub(crate) fn wait_snapshot(&self) -> ([u64; BUCKETS], u64) {
-        let mut counts = [0u64; BUCKETS];
-        let mut sum_ns = 0u64;
-        for shard in self.waits.iter() {
-            shard.add_into(&mut counts, &mut sum_ns);
-        }
-        (counts, sum_ns)
     }
 }
 
@@ -298,7 +285,6 @@ impl Engine {
     }
 
     /// The holder granted tenant `t`'s head: cost, the SWRR total of the pick, the wait.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_grant(
         &self,
         t: u32,
@@ -306,28 +292,68 @@ impl Engine {
         cost: u32,
         total: i64,
         waited_ns: u64,
-        spread: u64,
         now: u64,
     ) {
         let slot = self.tenants.slot(t);
         let service = self.service_advance(cost, total);
         let weight = effective_weight(slot);
         slot.fair.granted(now, service, weight);
-        slot.fair.on_wait(waited_ns);
-        self.fair.record_wait(spread, waited_ns);
+        self.record_wait(t, waited_ns, None);
         self.end_boost(slot);
         self.guard_note_grant(class, now);
     }
 
-    /// A queued request of tenant `t` ended refused after waiting `waited_ns`; `expired` when
-    /// it left the queue by its deadline (a wait observation), not by a refused requeue.
-    pub(crate) fn on_refused_after_wait(&self, t: u32, waited_ns: u64, spread: u64, expired: bool) {
-        let fair = &self.tenants.slot(t).fair;
-        fair.on_refused_after_wait();
-        if expired {
-            fair.on_wait(waited_ns);
-            self.fair.record_wait(spread, waited_ns);
+    /// A request of tenant `t` left the queue after `waited_ns`. `spread` is `None` for the
+    /// tenant's turn holder, which owns the slot's wait sum, else a ticket index that picks the
+    /// shard the wait sum goes to.
+    fn record_wait(&self, t: u32, waited_ns: u64, spread: Option<u64>) {
+        let slot = self.tenants.slot(t);
+        slot.fair.on_wait(waited_ns);
+        match spread {
+            None => {
+                // Relaxed load + store: holder-owned, like `TenantSlot::granted`.
+                let sum = slot.wait_sum_total.load(Ordering::Relaxed);
+                slot.wait_sum_total
+                    .store(sum.wrapping_add(waited_ns), Ordering::Relaxed);
+            }
+            Some(spread) => {
+                // Relaxed: statistics.
+                self.fair.wait_sums[(spread as usize) % WAIT_SHARDS]
+                    .fetch_add(waited_ns, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// A queued request of tenant `t` ended refused after waiting `waited_ns`; `expired` when
+    /// it left the queue by its deadline (a wait observation), not by a refused requeue. `spread`
+    /// as in `record_wait`.
+    pub(crate) fn on_refused_after_wait(
+        &self,
+        t: u32,
+        waited_ns: u64,
+        spread: Option<u64>,
+        expired: bool,
+    ) {
+        self.tenants.slot(t).fair.on_refused_after_wait();
+        if expired {
+            self.record_wait(t, waited_ns, spread);
+        }
+    }
+
+    /// The engine-wide `wait_seconds` histogram: per-bucket counts and the sum of waits (ns).
+    /// Reads every slot: O(tenant slots), for scrapes, not the hot path.
+    pub(crate) fn wait_snapshot(&self) -> ([u64; BUCKETS], u64) {
+        let mut counts = [0u64; BUCKETS];
+        let mut sum_ns = 0u64;
+        for slot in self.tenants.slots() {
+            slot.fair.waits.add_lifetime_into(&mut counts);
+            // Relaxed: a snapshot of statistics.
+            sum_ns = sum_ns.wrapping_add(slot.wait_sum_total.load(Ordering::Relaxed));
+        }
+        for shard in self.fair.wait_sums.iter() {
+            sum_ns = sum_ns.wrapping_add(shard.load(Ordering::Relaxed));
+        }
+        (counts, sum_ns)
     }
 }
 

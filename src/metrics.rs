@@ -87,7 +87,7 @@ impl Engine {
             "histogram",
             "Time from first enqueue to leaving the queue (granted or deadline_exceeded).",
         );
-        let (counts, sum_ns) = self.fair.wait_snapshot();
+        let (counts, sum_ns) = self.wait_snapshot();
         let mut cumulative = 0u64;
         for (i, count) in counts.iter().enumerate() {
             cumulative += count;

@@ -17,7 +17,7 @@
 //!
 //! A slot is reused ("stolen") for another tenant only when `counts == 0` and it has been idle for
 //! `tenant_idle_ms`. The thief CASes `counts` from 0 to `STEALING`, rewrites the key and the
-//! fields, and releases with `counts = LIVE_ONE` (its own pin). Anyone else pins with a CAS that
+//! fields, and releases with `counts` = its own pins (`LIVE_ONE` each). Anyone else pins with a CAS that
 //! waits out `STEALING` (never walking past a slot being claimed, maybe for its own key), then
 //! re-reads the key: a pin that succeeded after a steal sees the new key
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
@@ -74,6 +74,12 @@ pub(crate) struct TenantSlot {
     pub(crate) granted: AtomicU64,
     /// Cost units granted to this tenant since it took the slot.
     pub(crate) granted_cost: AtomicU64,
+    /// Owned by the turn holder, never reset: grants made in this slot, all tenants. The
+    /// engine's `granted` counter is their sum.
+    pub(crate) grants_total: AtomicU64,
+    /// Owned by the turn holder, never reset: the waits (ns) it recorded, all tenants; part of
+    /// the engine's `wait_seconds_sum`.
+    pub(crate) wait_sum_total: AtomicU64,
     /// Fairness indicators and the wait-boost mark (`indicators.rs`).
     pub(crate) fair: crate::indicators::TenantFairness,
     /// Handles of queued tickets, in arrival order.
@@ -100,6 +106,8 @@ impl TenantSlot {
             interval: AtomicU64::new(0),
             granted: AtomicU64::new(0),
             granted_cost: AtomicU64::new(0),
+            grants_total: AtomicU64::new(0),
+            wait_sum_total: AtomicU64::new(0),
             fair: crate::indicators::TenantFairness::new(),
             queue: ArrayQueue::new(queue_capacity),
         }
@@ -192,9 +200,9 @@ impl TenantTable {
         })
     }
 
-    /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns one
-    /// `LIVE` count on it.
-    fn try_pin(&self, index: usize, key: u64) -> bool {
+    /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns
+    /// `pins` `LIVE` counts on it.
+    fn try_pin(&self, index: usize, key: u64, pins: u64) -> bool {
         let slot = &self.slots[index];
         self.touch();
         let backoff = Backoff::new();
@@ -219,7 +227,7 @@ impl TenantTable {
             // thief's. Release: orders our pin before the key check for a concurrent thief.
             match slot.counts.compare_exchange_weak(
                 current,
-                current + LIVE_ONE,
+                current + pins * LIVE_ONE,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -238,7 +246,7 @@ impl TenantTable {
         if slot.key.load(Ordering::Acquire) == key {
             return true;
         }
-        self.release(index as u32, LIVE_ONE, 0);
+        self.release(index as u32, pins * LIVE_ONE, 0);
         false
     }
 
@@ -246,7 +254,7 @@ impl TenantTable {
     pub(crate) fn pin_index(&self, index: u32) -> Option<u32> {
         let slot = self.slots.get(index as usize)?;
         let key = slot.key.load(Ordering::Acquire);
-        (key != 0 && self.try_pin(index as usize, key)).then_some(index)
+        (key != 0 && self.try_pin(index as usize, key, 1)).then_some(index)
     }
 
     /// Finds `key`'s slot without claiming one, pinned.
@@ -256,19 +264,21 @@ impl TenantTable {
             if seen == 0 {
                 return None;
             }
-            if seen == key && self.try_pin(index, key) {
+            if seen == key && self.try_pin(index, key, 1) {
                 return Some(index as u32);
             }
         }
         None
     }
 
-    /// Finds or claims `key`'s slot, pinned. `init` sets up a freshly claimed slot (weight, class)
-    /// while the caller holds it exclusively.
+    /// Finds or claims `key`'s slot, pinned `pins` times (`enqueue` takes its ticket's count
+    /// and `push_queued`'s extra pin in one RMW). `init` sets up a freshly claimed slot (weight,
+    /// class) while the caller holds it exclusively.
     pub(crate) fn pin_or_claim(
         &self,
         key: u64,
         now: u64,
+        pins: u64,
         init: impl Fn(&TenantSlot),
     ) -> Result<u32, TableFull> {
         // A claim can lose a race for its slot; a few rounds settle it.
@@ -278,7 +288,7 @@ impl TenantTable {
             for index in self.probe(key) {
                 let slot = &self.slots[index];
                 let seen = slot.key.load(Ordering::Acquire);
-                if seen == key && self.try_pin(index, key) {
+                if seen == key && self.try_pin(index, key, pins) {
                     return Ok(index as u32);
                 }
                 if seen == 0 {
@@ -292,7 +302,7 @@ impl TenantTable {
             let Some(index) = candidate else {
                 return Err(TableFull);
             };
-            match self.try_steal(index, key, now, &init) {
+            match self.try_steal(index, key, now, pins, &init) {
                 Claim::Claimed => return Ok(index as u32),
                 // Lost to another claim, maybe still in progress: let it finish before the next
                 // round looks again, or the rounds run out and refuse with a slot free.
@@ -309,7 +319,14 @@ impl TenantTable {
             && now.saturating_sub(slot.last_active.load(Ordering::Relaxed)) >= self.idle_ns
     }
 
-    fn try_steal(&self, index: usize, key: u64, now: u64, init: &impl Fn(&TenantSlot)) -> Claim {
+    fn try_steal(
+        &self,
+        index: usize,
+        key: u64,
+        now: u64,
+        pins: u64,
+        init: &impl Fn(&TenantSlot),
+    ) -> Claim {
         let slot = &self.slots[index];
         self.touch();
         // Acquire: the previous owner's last writes (it released `counts` to 0) happen before.
@@ -350,7 +367,7 @@ impl TenantTable {
         slot.fair.reset();
         init(slot);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
-        slot.counts.store(LIVE_ONE, Ordering::Release);
+        slot.counts.store(pins * LIVE_ONE, Ordering::Release);
         Claim::Claimed
     }
 
