@@ -49,7 +49,8 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 }
 
 /// A slot's wait histogram: per-bucket (not cumulative) counts that only grow, and the
-/// baseline its current tenant started from.
+/// baseline its current tenant started from. `repr(C)`: the counts, which grants write, first.
+#[repr(C)]
 pub(crate) struct TenantWaits {
     buckets: [AtomicU64; BUCKETS],
     /// The counts when the current tenant claimed the slot; written only by the claimer.

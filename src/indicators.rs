@@ -74,7 +74,9 @@ pub(crate) struct QueuedLine {
 
 /// One tenant's fairness state, in its slot. Fields marked *holder* are written only by the
 /// thread holding the tenant's turn (see `engine.rs`), so plain `Relaxed` loads and stores do;
-/// readers of indicators accept a snapshot that may be one event stale.
+/// readers of indicators accept a snapshot that may be one event stale. `repr(C)`: the fields
+/// a grant writes share one line, ahead of the wait histogram.
+#[repr(C)]
 pub(crate) struct TenantFairness {
     /// Holder: when the open starvation window began, or `NOT_READY`.
     ready_since: AtomicU64,

@@ -50,6 +50,8 @@ pub(crate) struct Class {
     quantum: AtomicU32,
     /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
     visiting: AtomicU32,
+    /// A hint: the tenant granted last in this class, or `NIL` (`Engine::link_successor`).
+    last_granted: AtomicU32,
     /// Ready tenants, in round-robin order.
     ring: ArrayQueue<u32>,
 }
@@ -92,6 +94,7 @@ impl Classes {
                         visits: AtomicU64::new(0),
                         quantum: AtomicU32::new(1),
                         visiting: AtomicU32::new(NIL),
+                        last_granted: AtomicU32::new(NIL),
                         ring: ArrayQueue::new(ring_capacity),
                     })
                 })
@@ -240,6 +243,17 @@ impl Classes {
             return Some((visitor, false));
         }
         class.ring.pop().map(|t| (t, true))
+    }
+
+    /// Records `tenant` as the last granted in `class`; returns the one before (a hint).
+    pub(crate) fn swap_last_granted(&self, class: u32, tenant: u32) -> u32 {
+        let class = &self.classes[class as usize];
+        // Relaxed load + store, not a swap: a hint; a race only costs a wasted prefetch.
+        let before = class.last_granted.load(Ordering::Relaxed);
+        if before != tenant {
+            class.last_granted.store(tenant, Ordering::Relaxed);
+        }
+        before
     }
 
     /// Classes in use (indices `0..allocated_count()`).

@@ -124,3 +124,26 @@ mod imp {
 }
 
 pub(crate) use imp::*;
+
+/// Asks the CPU to start loading the cache lines of `len` bytes at `ptr`: a hint with no effect
+/// on the program's meaning (a no-op off x86-64 and under loom). The crate's one `unsafe`
+/// outside the C ABI: the intrinsic takes a raw pointer.
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn prefetch<T>(ptr: *const T, len: usize) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let base = ptr.cast::<i8>();
+        let mut offset = 0;
+        while offset < len {
+            // SAFETY: a prefetch never faults and never reads into the program: it is only a
+            // hint to the cache, valid for any address (`wrapping_add` keeps the arithmetic
+            // defined even past the object). SSE is part of the x86-64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(offset)) };
+            offset += 64;
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = (ptr, len);
+}

@@ -101,6 +101,13 @@ impl TicketSlab {
         Some(Ticket::new(index, (word >> 32) as u32))
     }
 
+    /// Starts loading cell `index` into the cache (a hint; out of range does nothing).
+    pub(crate) fn prefetch(&self, index: u32) {
+        if let Some(cell) = self.cells.get(index as usize) {
+            crate::sync::prefetch(cell, std::mem::size_of::<TicketCell>());
+        }
+    }
+
     /// The cell a handle names, if the index is in range. The generation is not checked here.
     pub(crate) fn cell(&self, ticket: Ticket) -> Option<&TicketCell> {
         self.cells.get(ticket.index() as usize)
