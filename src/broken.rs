@@ -22,6 +22,8 @@ pub enum Break {
     Move,
     /// An SWRR pick adds a class's weight by load and store instead of `fetch_add`.
     Pick,
+    /// The ticket free stack pops by load and store instead of a CAS on its head.
+    FreeList,
 }
 
 thread_local! {

@@ -246,6 +246,7 @@ impl Classes {
     }
 
     /// Records `tenant` as the last granted in `class`; returns the one before (a hint).
+    #[cfg(not(loom))]
     pub(crate) fn swap_last_granted(&self, class: u32, tenant: u32) -> u32 {
         let class = &self.classes[class as usize];
         // Relaxed load + store, not a swap: a hint; a race only costs a wasted prefetch.

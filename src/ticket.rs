@@ -1,5 +1,11 @@
 //! The ticket slab: a fixed array of request records and a lock-free free list.
 //!
+//! The free list is a LIFO (Treiber) stack, so `enqueue` reuses the cell `complete` just freed,
+//! which is still in the cache; a FIFO handed out the coldest cell, a miss per cycle at thousands
+//! of tenants. Its head packs `tag << 32 | index + 1` (0: empty); the tag grows with every push
+//! and pop, so a pop that read a stale link fails its CAS (no ABA). A free cell's `position`
+//! holds its link.
+//!
 //! Each record's `state` word packs `generation << 32 | state`. Every transition is a CAS on that
 //! word, so exactly one caller wins any race (grant against cancel, complete against complete),
 //! and a handle whose generation differs is stale. Ending a ticket bumps the generation before the
@@ -10,7 +16,7 @@
 //! that pops the handle from a tenant queue. The queue's push (Release) / pop (Acquire) carries
 //! them, so they are plain `Relaxed` atomics.
 
-use crate::sync::{ArrayQueue, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::types::Ticket;
 
 /// Free: on the free list.
@@ -35,7 +41,8 @@ pub(crate) struct TicketCell {
     pub(crate) tenant: AtomicU32,
     /// Cost in resource units.
     pub(crate) cost: AtomicU32,
-    /// Position at (re)enqueue.
+    /// Position at (re)enqueue. While the cell is free: the free-list link (`index + 1` of the
+    /// next free cell, 0 at the bottom).
     pub(crate) position: AtomicU32,
     /// Downstream class (bulkhead pool) it goes to; fills the padding before `user_data`.
     pub(crate) downstream: AtomicU32,
@@ -62,9 +69,12 @@ pub(crate) enum Lookup {
 
 pub(crate) struct TicketSlab {
     cells: Box<[TicketCell]>,
-    /// Indices of free cells. Sized to hold every cell, so a push never fails.
-    free: ArrayQueue<u32>,
+    /// Head of the free stack: `tag << 32 | index + 1`, 0 in the low half when empty.
+    free: CachePadded<AtomicU64>,
 }
+
+const TAG_ONE: u64 = 1 << 32;
+const LINK_MASK: u64 = 0xFFFF_FFFF;
 
 impl TicketSlab {
     pub(crate) fn new(capacity: usize) -> TicketSlab {
@@ -83,22 +93,77 @@ impl TicketSlab {
                 estimated_wait: AtomicU64::new(0),
             })
             .collect();
-        let free = ArrayQueue::new(capacity);
-        for i in 0..capacity {
-            let pushed = free.push(i as u32);
-            debug_assert!(pushed.is_ok());
+        // Every cell free, cell 0 on top: each links to the next one.
+        for (i, cell) in cells.iter().enumerate() {
+            let next = if i + 1 < capacity { i as u32 + 2 } else { 0 };
+            cell.position.store(next, Ordering::Relaxed);
         }
-        TicketSlab { cells, free }
+        let top = if capacity > 0 { 1 } else { 0 };
+        TicketSlab {
+            cells,
+            free: CachePadded::new(AtomicU64::new(top)),
+        }
     }
 
     /// Takes a free cell; returns its handle. The cell is `FREE` and owned by the caller until it
     /// moves it to `QUEUED` with [`TicketSlab::publish`].
     pub(crate) fn alloc(&self) -> Option<Ticket> {
-        let index = self.free.pop()?;
+        // Acquire: pairs with the Release of the push that put the top cell there, so its link
+        // and its freed state are visible.
+        let mut head = self.free.load(Ordering::Acquire);
+        let index = loop {
+            let top = head & LINK_MASK;
+            if top == 0 {
+                return None;
+            }
+            let index = (top - 1) as u32;
+            // Relaxed: ordered by the Acquire above. If another caller popped this cell since,
+            // the link may be garbage, but the tag moved on and the CAS below fails.
+            let next = u64::from(self.cells[index as usize].position.load(Ordering::Relaxed));
+            let popped = (head & !LINK_MASK).wrapping_add(TAG_ONE) | next;
+            #[cfg(fairq_broken)]
+            if crate::broken::on(crate::broken::Break::FreeList) {
+                // Broken on purpose: two allocs can pop the same cell.
+                self.free.store(popped, Ordering::Release);
+                break index;
+            }
+            // Acquire on failure too: the next round reads the new top's link.
+            match self.free.compare_exchange_weak(
+                head,
+                popped,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break index,
+                Err(seen) => head = seen,
+            }
+        };
         // Acquire: pairs with the Release that freed the cell, so its old fields are settled.
         let word = self.cells[index as usize].state.load(Ordering::Acquire);
         debug_assert_eq!(word as u32, FREE);
         Some(Ticket::new(index, (word >> 32) as u32))
+    }
+
+    /// Pushes a cell the caller just freed onto the free stack.
+    fn release(&self, index: u32) {
+        let cell = &self.cells[index as usize];
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            // Relaxed: published by the Release CAS below.
+            cell.position
+                .store((head & LINK_MASK) as u32, Ordering::Relaxed);
+            let pushed = (head & !LINK_MASK).wrapping_add(TAG_ONE) | (u64::from(index) + 1);
+            // Release: the link and the cell's FREE state before the cell is reachable.
+            match self.free.compare_exchange_weak(
+                head,
+                pushed,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(seen) => head = seen,
+            }
+        }
     }
 
     /// Starts loading cell `index` into the cache (a hint; out of range does nothing).
@@ -172,7 +237,7 @@ impl TicketSlab {
             let next = pack(generation.wrapping_add(1).max(1), FREE);
             let ok = broken_cas(&cell.state, pack(generation, from), next);
             if ok {
-                let _ = self.free.push(ticket.index());
+                self.release(ticket.index());
             }
             return ok;
         }
@@ -187,8 +252,7 @@ impl TicketSlab {
             )
             .is_ok();
         if ok {
-            let pushed = self.free.push(ticket.index());
-            debug_assert!(pushed.is_ok(), "free list sized for every cell");
+            self.release(ticket.index());
         }
         ok
     }
