@@ -407,7 +407,9 @@ int32_t fairq_config_check(const struct fairq_config *config, char *buf, size_t 
 int32_t fairq_engine_new(const struct fairq_config *config, struct fairq_engine **engine_out);
 
 // Releases an engine and everything it holds. NULL is a no-op. Must be the last call on this
-// engine: no other thread may be using it, and outstanding tickets become meaningless.
+// engine: no other thread may be using it, and outstanding tickets become meaningless. A fleet
+// made from it (`fairq_fleet_new`) keeps the engine itself alive, and may go on running, until
+// `fairq_fleet_free`: free the fleet too.
 //
 // # Safety
 // A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.
