@@ -187,11 +187,16 @@ unsafe fn config_str(ptr: *const c_char, name: &str) -> Result<String, (i32, Str
 /// # Safety
 /// The config's string pointers must be NULL or NUL-terminated strings.
 unsafe fn to_fleet_config(c: &fairq_fleet_config) -> Result<FleetConfig, (i32, String)> {
-    // SAFETY (all three): NULL or NUL-terminated, by the caller's contract.
+    // SAFETY: NULL or NUL-terminated, by the caller's contract.
+    let url = unsafe { config_str(c.url, "url") }?;
+    // SAFETY: as above.
+    let fleet = unsafe { config_str(c.fleet, "fleet") }?;
+    // SAFETY: as above.
+    let replica = unsafe { config_str(c.replica, "replica") }?;
     Ok(FleetConfig {
-        url: unsafe { config_str(c.url, "url") }?,
-        fleet: unsafe { config_str(c.fleet, "fleet") }?,
-        replica: unsafe { config_str(c.replica, "replica") }?,
+        url,
+        fleet,
+        replica,
         period_ms: c.period_ms,
         top_k: c.top_k as usize,
         epoch_ms: c.epoch_ms,
