@@ -3,8 +3,9 @@
  *
  * Conventions
  * - Status: every function returns an int32_t status, except the *_str functions, fairq_version,
- *   fairq_now_ns, fairq_config_default and fairq_engine_free. FAIRQ_OK is 0, errors
- *   (FAIRQ_ERR_*) are negative, other outcomes (FAIRQ_QUEUED, FAIRQ_EMPTY, ...) are positive.
+ *   fairq_now_ns, fairq_config_default, fairq_engine_free, fairq_fleet_config_default and
+ *   fairq_fleet_free. FAIRQ_OK is 0, errors (FAIRQ_ERR_*) are negative, other outcomes
+ *   (FAIRQ_QUEUED, FAIRQ_EMPTY, ...) are positive.
  *   Numbers never change meaning; fairq_status_str names them.
  * - NULL: every pointer is checked; a required one that is NULL gives FAIRQ_ERR_NULL before
  *   anything happens. fairq_engine_free(NULL) is a no-op.
@@ -21,6 +22,13 @@
  *   A fairq_engine may be shared by any number of threads. Every function may be called
  *   concurrently from any thread on the same engine, EXCEPT fairq_engine_free, which must be
  *   the last call on that engine (no other call may run during or after it).
+ *
+ * Fleet mode (optional)
+ *   The fairq_fleet_* declarations sit inside #if defined(FAIRQ_FLEET). Compile with
+ *   -DFAIRQ_FLEET only against a library built with cargo feature fleet (cargo build
+ *   --features fleet); the default library does not export them. A fleet holds its engine
+ *   alive until fairq_fleet_free, even past fairq_engine_free: free both. Every fairq_fleet_*
+ *   call may run from any thread, except fairq_fleet_free, which must be the last one.
  *
  * ABI stability
  *   Within one FAIRQ_VERSION_MAJOR (and, while MAJOR is 0, one MINOR), functions, constants and
@@ -68,6 +76,9 @@
 // The thing asked about does not exist (no identifier to resolve, tenant holds no slot).
 #define FAIRQ_NOT_FOUND 7
 
+// `fairq_fleet_stop`: no sync thread was running; nothing changed (stopping is idempotent).
+#define FAIRQ_NOT_RUNNING 8
+
 // A required pointer argument was NULL.
 #define FAIRQ_ERR_NULL (-1)
 
@@ -95,6 +106,18 @@
 // The engine pointer does not point to a live `fairq_engine` (a debugging aid, not a
 // guarantee: only readable memory can be checked).
 #define FAIRQ_ERR_INVALID_HANDLE (-9)
+
+// The fleet's library sync thread is running: `fairq_fleet_sync` would race it and a second
+// `fairq_fleet_start` would run two loops. Stop it first.
+#define FAIRQ_ERR_BUSY (-10)
+
+// A fleet sync failed (Redis refused, timed out or answered unexpectedly). The failure is
+// recorded in the fleet status and the unsent deltas are kept for the next sync.
+#define FAIRQ_ERR_FLEET_SYNC (-11)
+
+// The OS could not start the fleet's sync thread. The fleet went with it: later syncs and
+// starts give this status too; free it and make a new one.
+#define FAIRQ_ERR_THREAD (-12)
 
 // No refusal (the request was queued, granted or completed).
 #define FAIRQ_REASON_NONE 0
@@ -170,6 +193,12 @@
 
 // An engine. Opaque: made by `fairq_engine_new`, released by `fairq_engine_free`.
 typedef struct fairq_engine fairq_engine;
+
+#if defined(FAIRQ_FLEET)
+// A fleet member (feature `fleet`; declared when `FAIRQ_FLEET` is defined). Opaque: made by
+// `fairq_fleet_new`, released by `fairq_fleet_free`.
+typedef struct fairq_fleet fairq_fleet;
+#endif
 
 // How an engine is sized and what it does. Start from `fairq_config_default`, then change
 // fields. Ranges are checked by `fairq_config_check` and `fairq_engine_new`.
@@ -319,6 +348,55 @@ typedef struct fairq_stats {
     uint64_t refused[FAIRQ_REASON_SLOTS];
 } fairq_stats;
 
+#if defined(FAIRQ_FLEET)
+// How a replica takes part in a fleet (feature `fleet`; declared when `FAIRQ_FLEET` is
+// defined). Start from `fairq_fleet_config_default`, then change fields. Strings are
+// NUL-terminated UTF-8, read only during `fairq_fleet_new`.
+typedef struct fairq_fleet_config {
+    // Redis URL. Default `"redis://127.0.0.1:6379/"`.
+    const char *url;
+    // Fleet name, the same on every replica (it forms the keys' hash tag). Not empty. Default
+    // `"default"`.
+    const char *fleet;
+    // This replica's name, unique in the fleet (heartbeat field). Not empty. Default
+    // `"replica"`.
+    const char *replica;
+    // Sync period P in ms, 50..=500. Default 100. Socket timeouts are P/2.
+    uint64_t period_ms;
+    // Epoch length in ms, at least 1000; keys expire after two epochs. Default 300000.
+    uint64_t epoch_ms;
+    // Data older than this (ms, at least `period_ms`) degrades the replica to local fairness.
+    // Default 1000.
+    uint64_t stale_ms;
+    // EWMA weight of the newest sample, in (0, 1]. Default 0.5.
+    double smoothing;
+    // Most tenants whose deltas one sync sends (K), 1..=4096. Default 256.
+    uint32_t top_k;
+} fairq_fleet_config;
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Where a fleet's sync loop stands (feature `fleet`; declared when `FAIRQ_FLEET` is defined).
+typedef struct fairq_fleet_status {
+    // `now_ns` of the last successful sync; meaningful only when `has_synced`.
+    uint64_t last_sync_ns;
+    // Pipelines sent to Redis (at most one per sync).
+    uint64_t pipelines;
+    // Syncs attempted.
+    uint64_t syncs;
+    // Tenants with local fleet state.
+    uint64_t tenants_tracked;
+    // Failed syncs since the last success.
+    uint32_t consecutive_failures;
+    // A sync has succeeded at least once.
+    bool has_synced;
+    // Factors are relaxing back to full weight (3 failures in a row, or stale data).
+    bool degraded;
+    // The library sync thread is running (`fairq_fleet_start`).
+    bool running;
+} fairq_fleet_status;
+#endif
+
 // One tenant's fairness indicators (`fairq_tenant_indicators`; in C a typedef and a function
 // cannot share a name), cumulative since the tenant took its slot (see the README,
 // "Metrics and fairness indicators", for the exact definitions). A ratio that is not defined
@@ -407,7 +485,9 @@ int32_t fairq_config_check(const struct fairq_config *config, char *buf, size_t 
 int32_t fairq_engine_new(const struct fairq_config *config, struct fairq_engine **engine_out);
 
 // Releases an engine and everything it holds. NULL is a no-op. Must be the last call on this
-// engine: no other thread may be using it, and outstanding tickets become meaningless.
+// engine: no other thread may be using it, and outstanding tickets become meaningless. A fleet
+// made from it (`fairq_fleet_new`) keeps the engine itself alive, and may go on running, until
+// `fairq_fleet_free`: free the fleet too.
 //
 // # Safety
 // A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.
@@ -662,6 +742,106 @@ const char *fairq_reason_str(uint32_t reason);
 // The snake_case name of a dimension (`"user"`, `"api_key"`, ...); `"unknown"` for any other
 // number. The string is static: never free it.
 const char *fairq_dimension_str(uint32_t dimension);
+
+#if defined(FAIRQ_FLEET)
+// Fills `*config` with the defaults of `FleetConfig` (period 100 ms, K 256, epoch 5 min, EWMA
+// 0.5, stale 1 s; url `"redis://127.0.0.1:6379/"`, fleet `"default"`, replica `"replica"`, as
+// static strings: never free them). NULL is a no-op. Feature `fleet`; declared when
+// `FAIRQ_FLEET` is defined.
+//
+// # Safety
+// A non-NULL `config` must be valid for a write of a `fairq_fleet_config`.
+void fairq_fleet_config_default(struct fairq_fleet_config *config);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Makes a fleet member for `engine` from `*config` and writes it to `*fleet_out`. It connects
+// lazily, at the first sync, and holds the engine alive until `fairq_fleet_free` (even past
+// `fairq_engine_free`). Nothing runs until `fairq_fleet_sync` or `fairq_fleet_start`.
+// `FAIRQ_ERR_INVALID_CONFIG` for a field out of range or a URL Redis cannot parse,
+// `FAIRQ_ERR_NULL` for a NULL string, `FAIRQ_ERR_INVALID_ARGUMENT` for a non-UTF-8 one; on
+// these a message naming the field is copied into `err` (truncated, NUL-terminated; `err` may
+// be NULL or `err_len` 0). Feature `fleet`; declared when `FAIRQ_FLEET` is defined.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `config` must point to an initialised
+// `fairq_fleet_config` whose strings are NULL or NUL-terminated; `fleet_out` must be writable;
+// a non-NULL `err` must be valid for writes of `err_len` bytes.
+int32_t fairq_fleet_new(const struct fairq_engine *engine,
+                        const struct fairq_fleet_config *config,
+                        struct fairq_fleet **fleet_out,
+                        char *err,
+                        size_t err_len);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Releases a fleet: stops its sync thread if one runs (waiting for a sync in progress, at most
+// the socket timeout), closes its connection and drops its reference to the engine. NULL is a
+// no-op. Must be the last call on this fleet. Feature `fleet`; declared when `FAIRQ_FLEET` is
+// defined.
+//
+// # Safety
+// A non-NULL `fleet` must come from `fairq_fleet_new` and not have been freed.
+void fairq_fleet_free(struct fairq_fleet *fleet);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// `fairq_fleet_sync_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_fleet_sync_at`.
+int32_t fairq_fleet_sync(const struct fairq_fleet *fleet);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// One sync at `now_ns` (monotonic, the `fairq_now_ns` clock the library thread uses): at most
+// one Redis pipeline, blocking up to the socket timeout (P/2) at worst, so call it every period
+// from a thread where that is fine. `FAIRQ_OK`, or `FAIRQ_ERR_FLEET_SYNC` when Redis failed:
+// the failure is recorded in the status and the unsent deltas are kept. `FAIRQ_ERR_BUSY` while
+// the library thread runs (nothing is done). Concurrent syncs on one fleet run one after the
+// other. Feature `fleet`; declared when `FAIRQ_FLEET` is defined.
+//
+// # Safety
+// `fleet` must be NULL or a live fleet.
+int32_t fairq_fleet_sync_at(const struct fairq_fleet *fleet, uint64_t now_ns);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Starts the library-owned sync thread: it syncs every period (±10% jitter) until
+// `fairq_fleet_stop` or `fairq_fleet_free`. Start it after `fork()` (NGINX: in
+// `init_process`), and do not fork while it runs: the child would not have the thread.
+// `FAIRQ_ERR_BUSY` when it already runs, `FAIRQ_ERR_THREAD` when the OS cannot start a
+// thread (the fleet is then lost: free it). Feature `fleet`; declared when `FAIRQ_FLEET` is
+// defined.
+//
+// # Safety
+// `fleet` must be NULL or a live fleet.
+int32_t fairq_fleet_start(const struct fairq_fleet *fleet);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Stops the library sync thread and waits for it (a sync in progress finishes first, at most
+// the socket timeout); the fleet can then be synced by the caller or started again.
+// `FAIRQ_OK`, or `FAIRQ_NOT_RUNNING` when no thread ran (stopping twice is harmless). Feature
+// `fleet`; declared when `FAIRQ_FLEET` is defined.
+//
+// # Safety
+// `fleet` must be NULL or a live fleet.
+int32_t fairq_fleet_stop(const struct fairq_fleet *fleet);
+#endif
+
+#if defined(FAIRQ_FLEET)
+// Writes where the sync loop stands to `*status`: last successful sync, consecutive failures,
+// degraded, tenants tracked, pipelines, syncs, and whether the library thread runs. Never
+// waits for a sync: while another call holds the fleet (a caller's sync, a start or a stop) it
+// writes the status as of the call before. (Named `_get_` because in C the struct
+// `fairq_fleet_status` takes that name.) Feature `fleet`; declared when `FAIRQ_FLEET` is
+// defined.
+//
+// # Safety
+// `fleet` must be NULL or a live fleet; `status` must be writable.
+int32_t fairq_fleet_get_status(const struct fairq_fleet *fleet, struct fairq_fleet_status *status);
+#endif
 
 // `fairq_tenant_indicators_at` at `fairq_now_ns()`.
 //

@@ -2,7 +2,7 @@
 //! `cargo test` fails when the C side fails (after wasmtime's `tests/wasm-c-examples.rs`).
 //!
 //! Needs a C compiler (`cc`, or `$CC`). The static library is the one cargo built for this test
-//! run, found next to the test binary (`target/<profile>/libfairq.a`).
+//! run, found next to the test binary (`target/<profile>/deps/libfairq.a`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,11 +16,12 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A library cargo built for this run: `target/<profile>/NAME`, or the `deps/` original that
-/// cargo uplifts it from.
+/// A library cargo built for this run: `target/<profile>/deps/NAME`, which every build rewrites,
+/// else the copy in `target/<profile>/` (refreshed by `cargo build` only, so it can be stale
+/// after a `cargo test`, or from a build with other features).
 fn built_library(name: &str) -> PathBuf {
     let dir = profile_dir();
-    [dir.join(name), dir.join("deps").join(name)]
+    [dir.join("deps").join(name), dir.join(name)]
         .into_iter()
         .find(|p| p.exists())
         .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))

@@ -18,24 +18,49 @@ fn header() -> String {
     std::fs::read_to_string(root().join("include/fairq.h")).expect("include/fairq.h")
 }
 
-/// A library cargo built for this run (`target/<profile>/NAME`, or its `deps/` original).
+/// A library cargo built for this run: `target/<profile>/deps/NAME`, which every build rewrites,
+/// else the copy in `target/<profile>/` (refreshed by `cargo build` only, so it can be from a
+/// build with other features).
 fn built_library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>");
-    [dir.join(name), dir.join("deps").join(name)]
+    [dir.join("deps").join(name), dir.join(name)]
         .into_iter()
         .find(|p| p.exists())
         .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))
 }
 
+/// The guard around the declarations of cargo feature `fleet` (cbindgen.toml `[defines]`).
+const FLEET_GUARD: &str = "#if defined(FAIRQ_FLEET)";
+
 /// Function names declared in the header: identifiers `fairq_*` followed by `(` outside comments.
-fn declared_functions(header: &str) -> BTreeSet<String> {
+/// Returns (always declared, declared only inside `#if defined(FAIRQ_FLEET)`).
+fn declared_functions(header: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut names = BTreeSet::new();
+    let mut fleet = BTreeSet::new();
+    let mut in_fleet = false;
     for line in header.lines() {
         let code = line.trim_start();
+        if code == FLEET_GUARD {
+            assert!(!in_fleet, "nested {FLEET_GUARD}");
+            in_fleet = true;
+            continue;
+        }
+        if code.starts_with('#') {
+            // cbindgen writes one flat `#if ... #endif` per gated item: the next directive ends
+            // it. Other directives (the include guard, `__cplusplus`) declare no function.
+            if in_fleet {
+                assert!(
+                    code.starts_with("#endif"),
+                    "unexpected `{code}` in {FLEET_GUARD}"
+                );
+                in_fleet = false;
+            }
+            continue;
+        }
         if code.starts_with("//") || code.starts_with('*') || code.starts_with("/*") {
             continue;
         }
@@ -46,17 +71,19 @@ fn declared_functions(header: &str) -> BTreeSet<String> {
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(tail.len());
             if tail[end..].starts_with('(') {
-                names.insert(tail[..end].to_string());
+                let set = if in_fleet { &mut fleet } else { &mut names };
+                set.insert(tail[..end].to_string());
             }
             rest = &tail[end..];
         }
     }
-    names
+    assert!(!in_fleet, "unterminated {FLEET_GUARD}");
+    (names, fleet)
 }
 
 #[test]
 fn shared_library_exports_exactly_the_header_functions() {
-    let declared = declared_functions(&header());
+    let (declared, fleet) = declared_functions(&header());
     assert!(
         declared.len() >= 20,
         "parsed too few functions: {declared:?}"
@@ -79,6 +106,25 @@ fn shared_library_exports_exactly_the_header_functions() {
     ] {
         assert!(declared.contains(fixed), "header lacks {fixed}");
     }
+    for name in [
+        "fairq_fleet_config_default",
+        "fairq_fleet_new",
+        "fairq_fleet_free",
+        "fairq_fleet_sync",
+        "fairq_fleet_sync_at",
+        "fairq_fleet_start",
+        "fairq_fleet_stop",
+        "fairq_fleet_get_status",
+    ] {
+        assert!(
+            fleet.contains(name),
+            "header lacks {name} under {FLEET_GUARD}"
+        );
+    }
+    assert!(
+        fleet.iter().all(|n| n.starts_with("fairq_fleet_")),
+        "{fleet:?}"
+    );
 
     let so = built_library("libfairq.so");
     let output = Command::new("nm")
@@ -98,7 +144,25 @@ fn shared_library_exports_exactly_the_header_functions() {
         .filter(|s| !s.starts_with("fairq_"))
         .collect();
     assert!(not_fairq.is_empty(), "unexpected exports: {not_fairq:?}");
-    assert_eq!(exported, declared, "nm -D vs include/fairq.h");
+    // The FAIRQ_FLEET block is exported exactly when the library has feature `fleet`.
+    let fleet_exported: Vec<&String> = exported.intersection(&fleet).collect();
+    if cfg!(feature = "fleet") {
+        assert_eq!(
+            fleet_exported.len(),
+            fleet.len(),
+            "fleet exports: {fleet_exported:?}"
+        );
+    } else {
+        assert!(
+            fleet_exported.is_empty(),
+            "fleet without the feature: {fleet_exported:?}"
+        );
+    }
+    let mut expected = declared;
+    if cfg!(feature = "fleet") {
+        expected.extend(fleet);
+    }
+    assert_eq!(exported, expected, "nm -D vs include/fairq.h");
 }
 
 #[test]
@@ -170,13 +234,23 @@ int main(void) {
     S(fairq_stats); O(fairq_stats, refused);
     S(fairq_identity); O(fairq_identity, team_is_placeholder);
     S(fairq_weight_entry); O(fairq_weight_entry, weight);
+#if defined(FAIRQ_FLEET)
+    S(fairq_fleet_config); O(fairq_fleet_config, period_ms); O(fairq_fleet_config, smoothing);
+    O(fairq_fleet_config, top_k);
+    S(fairq_fleet_status); O(fairq_fleet_status, consecutive_failures);
+    O(fairq_fleet_status, running);
+#endif
     return 0;
 }
 "#;
     std::fs::write(&probe, program).unwrap();
     let exe = probe.with_extension("bin");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let status = Command::new(&cc)
+    let mut cmd = Command::new(&cc);
+    if cfg!(feature = "fleet") {
+        cmd.arg("-DFAIRQ_FLEET");
+    }
+    let status = cmd
         .args(["-std=c11", "-Wall", "-Werror", "-I"])
         .arg(root().join("include"))
         .arg(&probe)
@@ -236,6 +310,35 @@ int main(void) {
             offset_of!(fairq_weight_entry, weight),
         ),
     ];
+    #[cfg(feature = "fleet")]
+    let expected = {
+        let mut all = expected.to_vec();
+        all.extend([
+            ("fairq_fleet_config", size_of::<fairq_fleet_config>()),
+            (
+                "fairq_fleet_config.period_ms",
+                offset_of!(fairq_fleet_config, period_ms),
+            ),
+            (
+                "fairq_fleet_config.smoothing",
+                offset_of!(fairq_fleet_config, smoothing),
+            ),
+            (
+                "fairq_fleet_config.top_k",
+                offset_of!(fairq_fleet_config, top_k),
+            ),
+            ("fairq_fleet_status", size_of::<fairq_fleet_status>()),
+            (
+                "fairq_fleet_status.consecutive_failures",
+                offset_of!(fairq_fleet_status, consecutive_failures),
+            ),
+            (
+                "fairq_fleet_status.running",
+                offset_of!(fairq_fleet_status, running),
+            ),
+        ]);
+        all
+    };
     let want: String = expected.iter().map(|(n, v)| format!("{n} {v}\n")).collect();
     assert_eq!(got, want);
 }

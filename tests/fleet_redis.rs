@@ -5,71 +5,16 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::redis_server::RedisServer;
 use common::*;
 use fairq::fleet::{Fleet, FleetConfig};
 use fairq::{Config, Engine, Outcome};
 use redis::{ConnectionLike, RedisResult, Value};
-
-/// A `redis-server` child, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        RedisServer::start_on(port)
-    }
-
-    fn start_on(port: u16) -> RedisServer {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (Debian package redis-server; .ci/run installs it)");
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.client().get_connection().is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).unwrap()
-    }
-
-    fn stop(mut self) -> u16 {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.port
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Counts round trips: a pipeline is one `req_packed_commands`; a single command would be one
 /// `req_packed_command`.
@@ -375,7 +320,7 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
 
 fn signal(server: &RedisServer, sig: &str) {
     let ok = Command::new("kill")
-        .args([sig, &server.child.id().to_string()])
+        .args([sig, &server.pid().to_string()])
         .status()
         .unwrap()
         .success();

@@ -43,6 +43,7 @@ const (
 	StatusExpired                 Status = C.FAIRQ_EXPIRED
 	StatusRequeued                Status = C.FAIRQ_REQUEUED
 	StatusNotFound                Status = C.FAIRQ_NOT_FOUND
+	StatusNotRunning              Status = C.FAIRQ_NOT_RUNNING
 	StatusErrNull                 Status = C.FAIRQ_ERR_NULL
 	StatusErrInvalidConfig        Status = C.FAIRQ_ERR_INVALID_CONFIG
 	StatusErrStaleTicket          Status = C.FAIRQ_ERR_STALE_TICKET
@@ -52,6 +53,9 @@ const (
 	StatusErrTooManyWeightClasses Status = C.FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES
 	StatusErrPanic                Status = C.FAIRQ_ERR_PANIC
 	StatusErrInvalidHandle        Status = C.FAIRQ_ERR_INVALID_HANDLE
+	StatusErrBusy                 Status = C.FAIRQ_ERR_BUSY
+	StatusErrFleetSync            Status = C.FAIRQ_ERR_FLEET_SYNC
+	StatusErrThread               Status = C.FAIRQ_ERR_THREAD
 )
 
 // String is the status's C name, e.g. "FAIRQ_ERR_STALE_TICKET".
@@ -138,6 +142,9 @@ var (
 	ErrTooManyWeightClasses = &Error{Status: StatusErrTooManyWeightClasses}
 	ErrPanic                = &Error{Status: StatusErrPanic}
 	ErrInvalidHandle        = &Error{Status: StatusErrInvalidHandle}
+	ErrBusy                 = &Error{Status: StatusErrBusy}
+	ErrFleetSync            = &Error{Status: StatusErrFleetSync}
+	ErrThread               = &Error{Status: StatusErrThread}
 )
 
 func check(s C.int32_t) (Status, error) {

@@ -37,9 +37,25 @@ pub(super) unsafe fn engine_ref<'a>(ptr: *const fairq_engine) -> Result<&'a Engi
         return Err(FAIRQ_ERR_INVALID_HANDLE);
     }
     // SAFETY: the tag matches, so this is a live engine; the caller keeps it alive (no
-    // concurrent `fairq_engine_free`) for the duration of the call. `Engine` is `Sync`, so a
-    // shared borrow from any thread is sound.
-    Ok(unsafe { &(*ptr).engine })
+    // concurrent `fairq_engine_free`) for the duration of the call, and the handle's Arc keeps
+    // the engine alive as long as the handle. `Engine` is `Sync`, so a shared borrow from any
+    // thread is sound.
+    Ok(unsafe { &*(*ptr).engine })
+}
+
+/// A new shared reference to the engine behind a handle (for a fleet, which outlives the
+/// handle if need be).
+///
+/// # Safety
+/// As [`engine_ref`].
+#[cfg(feature = "fleet")]
+pub(super) unsafe fn engine_shared(
+    ptr: *const fairq_engine,
+) -> Result<std::sync::Arc<Engine>, i32> {
+    // SAFETY: same contract; `engine_ref` checks NULL, alignment and the tag first.
+    unsafe { engine_ref(ptr) }?;
+    // SAFETY: checked above to be a live handle, alive for the call by the caller's contract.
+    Ok(std::sync::Arc::clone(unsafe { &(*ptr).engine }))
 }
 
 /// Reads a caller struct by value.
@@ -140,7 +156,7 @@ pub unsafe extern "C" fn fairq_engine_new(
         let engine = Engine::new(config).map_err(|_| FAIRQ_ERR_INVALID_CONFIG)?;
         let handle = Box::into_raw(Box::new(fairq_engine {
             magic: ENGINE_MAGIC,
-            engine,
+            engine: std::sync::Arc::new(engine),
         }));
         // SAFETY: `out` is checked non-NULL and aligned, writable by the caller's contract.
         unsafe { write_out(out, handle) };
@@ -149,7 +165,9 @@ pub unsafe extern "C" fn fairq_engine_new(
 }
 
 /// Releases an engine and everything it holds. NULL is a no-op. Must be the last call on this
-/// engine: no other thread may be using it, and outstanding tickets become meaningless.
+/// engine: no other thread may be using it, and outstanding tickets become meaningless. A fleet
+/// made from it (`fairq_fleet_new`) keeps the engine itself alive, and may go on running, until
+/// `fairq_fleet_free`: free the fleet too.
 ///
 /// # Safety
 /// A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.

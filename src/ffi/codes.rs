@@ -25,6 +25,8 @@ pub const FAIRQ_EXPIRED: i32 = 5;
 pub const FAIRQ_REQUEUED: i32 = 6;
 /// The thing asked about does not exist (no identifier to resolve, tenant holds no slot).
 pub const FAIRQ_NOT_FOUND: i32 = 7;
+/// `fairq_fleet_stop`: no sync thread was running; nothing changed (stopping is idempotent).
+pub const FAIRQ_NOT_RUNNING: i32 = 8;
 
 /// A required pointer argument was NULL.
 pub const FAIRQ_ERR_NULL: i32 = -1;
@@ -45,6 +47,15 @@ pub const FAIRQ_ERR_PANIC: i32 = -8;
 /// The engine pointer does not point to a live `fairq_engine` (a debugging aid, not a
 /// guarantee: only readable memory can be checked).
 pub const FAIRQ_ERR_INVALID_HANDLE: i32 = -9;
+/// The fleet's library sync thread is running: `fairq_fleet_sync` would race it and a second
+/// `fairq_fleet_start` would run two loops. Stop it first.
+pub const FAIRQ_ERR_BUSY: i32 = -10;
+/// A fleet sync failed (Redis refused, timed out or answered unexpectedly). The failure is
+/// recorded in the fleet status and the unsent deltas are kept for the next sync.
+pub const FAIRQ_ERR_FLEET_SYNC: i32 = -11;
+/// The OS could not start the fleet's sync thread. The fleet went with it: later syncs and
+/// starts give this status too; free it and make a new one.
+pub const FAIRQ_ERR_THREAD: i32 = -12;
 
 // ---------------------------------------------------------------- refusal reasons
 
@@ -116,6 +127,7 @@ fn status_name(status: i32) -> &'static CStr {
         FAIRQ_EXPIRED => c"FAIRQ_EXPIRED",
         FAIRQ_REQUEUED => c"FAIRQ_REQUEUED",
         FAIRQ_NOT_FOUND => c"FAIRQ_NOT_FOUND",
+        FAIRQ_NOT_RUNNING => c"FAIRQ_NOT_RUNNING",
         FAIRQ_ERR_NULL => c"FAIRQ_ERR_NULL",
         FAIRQ_ERR_INVALID_CONFIG => c"FAIRQ_ERR_INVALID_CONFIG",
         FAIRQ_ERR_STALE_TICKET => c"FAIRQ_ERR_STALE_TICKET",
@@ -125,6 +137,9 @@ fn status_name(status: i32) -> &'static CStr {
         FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES => c"FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES",
         FAIRQ_ERR_PANIC => c"FAIRQ_ERR_PANIC",
         FAIRQ_ERR_INVALID_HANDLE => c"FAIRQ_ERR_INVALID_HANDLE",
+        FAIRQ_ERR_BUSY => c"FAIRQ_ERR_BUSY",
+        FAIRQ_ERR_FLEET_SYNC => c"FAIRQ_ERR_FLEET_SYNC",
+        FAIRQ_ERR_THREAD => c"FAIRQ_ERR_THREAD",
         _ => c"FAIRQ_UNKNOWN_STATUS",
     }
 }
@@ -211,7 +226,7 @@ mod tests {
 
     #[test]
     fn every_status_has_a_name() {
-        for status in -9..=7 {
+        for status in -12..=8 {
             let name = status_name(status).to_str().unwrap();
             assert!(name.starts_with("FAIRQ_") && name != "FAIRQ_UNKNOWN_STATUS");
         }

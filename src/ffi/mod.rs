@@ -4,7 +4,8 @@
 //!
 //! # Conventions (the README's "API conventions" restates them for C users)
 //! - **Status.** Every function returns an `int32_t` status, except the string functions,
-//!   `fairq_now_ns`, `fairq_config_default` and `fairq_engine_free`. `FAIRQ_OK` is 0, errors are
+//!   `fairq_now_ns`, `fairq_config_default`, `fairq_engine_free`, and (feature `fleet`)
+//!   `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
 //!   negative, other outcomes (`FAIRQ_QUEUED`, `FAIRQ_EMPTY`, ...) are positive. The numbers never
 //!   change meaning.
 //! - **NULL.** Every pointer is checked. A NULL where a value is required gives `FAIRQ_ERR_NULL`
@@ -26,10 +27,16 @@
 mod boundary;
 mod api;
 mod codes;
+// Feature `fleet`: cbindgen follows this cfg-gated `mod` too and wraps what it finds in
+// `#if defined(FAIRQ_FLEET)` (cbindgen.toml `[defines]`), so the header is the same either way.
+#[cfg(feature = "fleet")]
+mod fleet;
 mod indicators;
 mod types;
 
 pub use api::*;
 pub use codes::*;
+#[cfg(feature = "fleet")]
+pub use fleet::*;
 pub use indicators::*;
 pub use types::*;

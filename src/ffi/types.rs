@@ -15,7 +15,10 @@ use crate::types::{Completion, Expired, Grant, Refusal, Request, Stats};
 pub struct fairq_engine {
     /// `ENGINE_MAGIC` while the engine is live; a cheap check against pointers to other objects.
     pub(crate) magic: u64,
-    pub(crate) engine: Engine,
+    /// Shared, so a fleet (`fairq_fleet_new`, feature `fleet`) can hold the engine too: freeing
+    /// the handle drops this reference, and the engine lives on until the fleet is freed. A
+    /// plain `std` Arc (not the loom shim): only the handle's lifetime rides on it.
+    pub(crate) engine: std::sync::Arc<Engine>,
 }
 
 /// "fairq-en" in ASCII.

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+#[cfg(feature = "fleet")]
+pub mod redis_server;
 
 use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Request, TenantKey, Ticket};
 
