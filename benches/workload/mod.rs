@@ -390,8 +390,10 @@ impl Contender for FirqCore {
 // ------------------------------------------------------------------------------------ timing
 
 /// Runs `cycles` cycles on each of `threads` threads sharing `contender`, all starting together at
-/// a barrier, and returns the wall time from the start barrier to the last thread's end.
-/// Thread spawn and join are outside the timed span.
+/// a barrier, and returns the wall time from the first thread's start to the last thread's end.
+/// Thread spawn and join are outside the timed span. The workers read the clock themselves: with
+/// as many workers as cores (and real-time priority), a timing thread of its own may not run
+/// until a worker has finished, and would then start the clock late.
 ///
 /// Every thread passes the same `now`, read once before the run: a coarse clock, as a gateway
 /// caches it per event-loop turn. With per-thread clocks one thread's enqueue could carry a later
@@ -408,22 +410,27 @@ pub fn run_timed<C: Contender>(
         drive(contender, tenants, 0, cycles, now);
         return start.elapsed();
     }
-    let start_line = Barrier::new(threads + 1);
-    let finish_line = Barrier::new(threads + 1);
-    std::thread::scope(|scope| {
-        for worker in 0..threads {
-            let (start_line, finish_line) = (&start_line, &finish_line);
-            scope.spawn(move || {
-                start_line.wait();
-                drive(contender, tenants, worker, cycles, now);
-                finish_line.wait();
-            });
-        }
-        start_line.wait();
-        let start = Instant::now();
-        finish_line.wait();
-        start.elapsed()
-    })
+    let start_line = Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|worker| {
+                let start_line = &start_line;
+                scope.spawn(move || {
+                    start_line.wait();
+                    let start = Instant::now();
+                    drive(contender, tenants, worker, cycles, now);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench worker panicked"))
+            .collect()
+    });
+    let first_start = spans.iter().map(|s| s.0).min().expect("threads > 1");
+    let last_end = spans.iter().map(|s| s.1).max().expect("threads > 1");
+    last_end - first_start
 }
 
 /// One caller's loop: the first enqueue goes to a tenant picked by the worker index, every later
