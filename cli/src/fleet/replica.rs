@@ -97,6 +97,9 @@ struct TickLine<'a> {
     expired: u64,
     refused: u64,
     lat_ns: &'a [u32],
+    /// Longest the loop woke up late since the previous line, µs: a stalled process, not fleet
+    /// mode, when large.
+    late_us: u64,
     factors: BTreeMap<String, u32>,
     fleet: Option<StatusLine>,
 }
@@ -219,12 +222,15 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
     let mut lat_ns: Vec<u32> = Vec::with_capacity(4096);
     let (mut expired, mut refused) = (0u64, 0u64);
     let mut next_tick = tick_ns;
+    let mut late_ns = 0u64;
+    let mut planned_wake = 0u64;
     let mut snapshot: Vec<FleetTenant> = Vec::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
 
     loop {
         let t = rel();
+        late_ns = late_ns.max(t.saturating_sub(planned_wake));
         if t >= end_ns {
             break;
         }
@@ -295,6 +301,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
                 expired,
                 refused,
                 lat_ns: &lat_ns,
+                late_us: late_ns / 1000,
                 factors,
                 fleet: thread.as_ref().map(|th| th.status().into()),
             };
@@ -302,6 +309,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
             writeln!(out, "{text}").map_err(|e| e.to_string())?;
             out.flush().map_err(|e| e.to_string())?;
             lat_ns.clear();
+            late_ns = 0;
             // A late line still stands for its own tick; skipped ticks are not invented.
             next_tick = (t / tick_ns + 1) * tick_ns;
         }
@@ -318,6 +326,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
             }
         }
         let t = rel();
+        planned_wake = wake.max(t);
         if wake > t {
             std::thread::sleep(Duration::from_nanos(wake - t));
         }
