@@ -53,6 +53,9 @@ pub struct ReplicaArgs {
     /// The engine's `max_in_flight`.
     #[arg(long, default_value_t = 8)]
     pub max_in_flight: u32,
+    /// The engine's `max_tenants` (fleet mode's sync scans the whole table every period).
+    #[arg(long, default_value_t = 1024)]
+    pub max_tenants: u32,
     /// Interval between output lines, ms.
     #[arg(long, default_value_t = 100)]
     pub tick_ms: u64,
@@ -157,6 +160,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
         Engine::new(Config {
             enabled: true,
             max_in_flight: args.max_in_flight,
+            max_tenants: args.max_tenants,
             ..Config::default()
         })
         .map_err(|e| format!("engine config: {e:?}"))?,
