@@ -137,6 +137,9 @@ fn try_command(port: u16, args: &[&str]) -> std::io::Result<String> {
         let Some(eol) = text.find("\r\n") else {
             continue;
         };
+        if text.starts_with("$-1") {
+            return Ok(String::new()); // nil
+        }
         if let Some(len) = text.strip_prefix('$') {
             let len: usize = len[..eol - 1].parse().unwrap();
             if buf.len() >= eol + 2 + len + 2 {
@@ -629,27 +632,54 @@ const THAW_MS: u64 = 11_000;
 const KILL_MS: u64 = 15_000;
 const RESTART_MS: u64 = 18_000;
 
-/// Freezes, thaws, kills and restarts scenario 3's Redis on its timeline.
-fn outage(server: RedisServer, start_unix_ms: u64) -> JoinHandle<Vec<(u64, String)>> {
+/// What scenario 3's Redis went through.
+struct OutageLog {
+    /// (ms after the start, event).
+    events: Vec<(u64, String)>,
+    /// B's fleet total (only r1 serves B) read from Redis just before the freeze and just
+    /// before the kill, with the ms they were read at; None across an epoch roll.
+    b_totals: Option<[(u64, u64); 2]>,
+}
+
+/// Freezes, thaws, kills and restarts scenario 3's Redis on its timeline (fleet `label`).
+fn outage(server: RedisServer, start_unix_ms: u64, label: String) -> JoinHandle<OutageLog> {
     std::thread::spawn(move || {
         let at = |ms: u64| {
             let wait = (start_unix_ms + ms).saturating_sub(unix_ms());
             std::thread::sleep(Duration::from_millis(wait));
             unix_ms() - start_unix_ms
         };
-        let mut log = Vec::new();
-        log.push((at(FREEZE_MS), "SIGSTOP".to_string()));
+        let field = format!("t:{:016x}", TenantKey::from_raw(b"B").get());
+        let b_total = |port: u16| {
+            // The epoch rule of src/fleet.rs: wall-clock ms / epoch_ms (default 5 minutes).
+            let epoch = unix_ms() / 300_000;
+            let key = format!("{{fairq:{label}}}:served:{epoch}");
+            (
+                epoch,
+                command(port, &["HGET", &key, &field]).parse::<u64>().ok(),
+            )
+        };
+        let mut events = Vec::new();
+        let t0 = at(FREEZE_MS - 50);
+        let before = b_total(server.port);
+        events.push((at(FREEZE_MS), "SIGSTOP".to_string()));
         server.signal("-STOP");
-        log.push((at(THAW_MS), "SIGCONT".to_string()));
+        events.push((at(THAW_MS), "SIGCONT".to_string()));
         server.signal("-CONT");
-        log.push((at(KILL_MS), "SIGKILL".to_string()));
+        let t1 = at(KILL_MS - 50);
+        let after = b_total(server.port);
+        events.push((at(KILL_MS), "SIGKILL".to_string()));
         let port = server.kill();
-        log.push((at(RESTART_MS), "restart".to_string()));
+        events.push((at(RESTART_MS), "restart".to_string()));
         let server = RedisServer::start_on(port);
-        log.push((unix_ms() - start_unix_ms, "restarted".to_string()));
+        events.push((unix_ms() - start_unix_ms, "restarted".to_string()));
         at(RUN_MS + 1_000);
         drop(server);
-        log
+        let b_totals = match (before, after) {
+            ((e0, Some(a)), (e1, Some(b))) if e0 == e1 => Some([(t0, a), (t1, b)]),
+            _ => None,
+        };
+        OutageLog { events, b_totals }
     })
 }
 
@@ -750,13 +780,14 @@ fn fleet_harness() {
     }
     running.push(launch(&shifted, "4-on", Some(&url), start, smoothing));
     running.push(launch(&frozen, "3-on", Some(&outage_url), start, smoothing));
-    let events = outage(outage_redis, start);
+    let events = outage(outage_redis, start, "3-on".to_string());
     let runs: BTreeMap<String, RunData> = running
         .into_iter()
         .map(collect)
         .map(|r| (r.label.clone(), r))
         .collect();
-    let events = events.join().unwrap();
+    let outage_log = events.join().unwrap();
+    let events = &outage_log.events;
     let calls = command_calls(shared.port);
     let run = |label: &str| &runs[label];
 
@@ -894,6 +925,25 @@ fn fleet_harness() {
                  ({fewest_raw} counting ticks where the replica process itself stalled)"
             ),
         );
+    }
+    // At-least-once: a pipeline that timed out on the frozen Redis may still run when it
+    // resumes, while its deltas stay pending and are sent again. B is served only on r1, so
+    // Redis's growth of B's total should equal r1's grants of B over the same time.
+    match outage_log.b_totals {
+        Some([(t0, a), (t1, b)]) => {
+            let r1 = &run3.replicas[0];
+            let grants_b = |ms: u64| r1.granted[(ms / TICK_MS) as usize]["B"];
+            let served = grants_b(t1) - grants_b(t0);
+            let counted = b - a;
+            v.note(format!(
+                "  B's fleet total in Redis grew {counted} from {t0} to {t1} ms while r1 (B's \
+                 only replica) granted B {served} (each ±1 period of ~{} unsent): {:+.1}% \
+                 counted across the freeze",
+                served / ((t1 - t0) / PERIOD_MS),
+                100.0 * (counted as f64 - served as f64) / served as f64
+            ));
+        }
+        None => v.note("  B's fleet total: not compared (an epoch roll in between)".into()),
     }
     let outages = [
         (FREEZE_MS / TICK_MS, THAW_MS / TICK_MS),
