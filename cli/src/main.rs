@@ -5,12 +5,15 @@
 //!   reports per-tenant waits, refusals, fair-share ratios and starvation against seed 003's
 //!   thresholds, with an SVG chart.
 //! - `fairq bench`: grants per second of the engine on this machine.
+//! - `fairq fleet-replica` (hidden, feature `fleet`): one replica for the fleet harness.
 //!
 //! This crate holds everything the command needs (argument parsing, charts, progress, TOML), so
 //! none of it reaches the C library.
 
 mod bench;
 mod chart;
+#[cfg(feature = "fleet")]
+mod fleet;
 mod report;
 mod scenario;
 mod sched;
@@ -48,6 +51,10 @@ enum Command {
     Simulate(SimulateArgs),
     /// Measure the engine's grants per second (enqueue -> next_grant -> complete cycles).
     Bench(BenchArgs),
+    /// One replica of the fleet harness (cli/tests/fleet.rs): JSON lines on stdout.
+    #[cfg(feature = "fleet")]
+    #[command(hide = true)]
+    FleetReplica(fleet::ReplicaArgs),
 }
 
 #[derive(Args, Clone)]
@@ -97,6 +104,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => run_bench(&args),
         Some(Command::Simulate(args)) => simulate(&args),
+        #[cfg(feature = "fleet")]
+        Some(Command::FleetReplica(args)) => fleet::run(&args).map(|()| ExitCode::SUCCESS),
         None => simulate(&cli.simulate),
     };
     match result {
