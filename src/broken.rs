@@ -24,6 +24,8 @@ pub enum Break {
     Pick,
     /// The ticket free stack pops by load and store instead of a CAS on its head.
     FreeList,
+    /// A batch of picks stores its credits instead of adding its net change.
+    Batch,
 }
 
 thread_local! {

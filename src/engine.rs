@@ -77,9 +77,16 @@ pub struct FleetTenant {
 enum Served {
     Grant(Grant, u32),
     Expired(Expired),
-    /// The tenant had nothing to grant now (parked, idle, or its visit ended): pick again.
+    /// The tenant had nothing to grant now (parked, idle, blocked): pick again.
     Nothing,
+    /// Its DRR visit was spent (credit short of its head's cost): the class's next tenant may
+    /// use the pick.
+    Spent,
 }
+
+/// Tenants one pick tries in its class after spent visits before it hands the pick back. Only a
+/// reduced effective weight (fleet mode) or a cost above the quantum spends visits.
+const SPENT_VISITS: u32 = 8;
 
 /// A lock-free multi-tenant weighted fair queue. `Send + Sync`: share it with `Arc`.
 pub struct Engine {
@@ -464,7 +471,7 @@ impl Engine {
                         self.release_permit();
                         return NextGrant::Expired(expired);
                     }
-                    Served::Nothing => {}
+                    Served::Nothing | Served::Spent => {}
                 }
             }
         }
@@ -475,24 +482,37 @@ impl Engine {
                 self.release_permit();
                 return NextGrant::Empty;
             };
-            let Some((t, new_visit)) = self.take_tenant(class) else {
-                // Another granter holds this class's tenants right now.
-                self.classes.refund(class, total, &weights);
-                exclude |= 1 << class;
-                continue;
+            // The class serves the pick: its ring's next tenant whose DRR credit covers its
+            // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
+            let mut spent = 0;
+            let served = loop {
+                let Some((t, new_visit)) = self.take_tenant(class) else {
+                    break None;
+                };
+                match self.serve(t, class as u32, new_visit, total, now) {
+                    Served::Spent if spent < SPENT_VISITS => spent += 1,
+                    other => break Some(other),
+                }
             };
-            match self.serve(t, class as u32, new_visit, total, now) {
-                Served::Grant(grant, cost) => {
+            match served {
+                None => {
+                    // Another granter holds this class's tenants right now.
+                    self.classes.refund(class, total, &weights);
+                    exclude |= 1 << class;
+                }
+                Some(Served::Grant(grant, cost)) => {
                     self.classes
                         .repeat(class, total, &weights, i64::from(cost) - 1);
                     return NextGrant::Granted(grant);
                 }
-                Served::Expired(expired) => {
+                Some(Served::Expired(expired)) => {
                     self.classes.refund(class, total, &weights);
                     self.release_permit();
                     return NextGrant::Expired(expired);
                 }
-                Served::Nothing => self.classes.refund(class, total, &weights),
+                Some(Served::Nothing | Served::Spent) => {
+                    self.classes.refund(class, total, &weights)
+                }
             }
         }
     }
@@ -612,7 +632,7 @@ impl Engine {
                 // were published with it (see `ticket.rs`).
                 self.downstream_release(cell.downstream.load(Ordering::Relaxed), now);
                 self.classes.put_back(class, t, false, slot);
-                return Served::Nothing;
+                return Served::Spent;
             }
             let user_data = cell.user_data.load(Ordering::Relaxed);
             let position = cell.position.load(Ordering::Relaxed);

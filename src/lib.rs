@@ -56,6 +56,9 @@ pub use policy::{
     FeedbackController, Policy, StarvationGuard, TickReport, Tier, WaitBoost, MAX_TIERS,
     MAX_TIER_NAME,
 };
+#[cfg(loom)]
+#[doc(hidden)]
+pub use sched::with_batched_picks;
 pub use types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
     Stats, Ticket,

@@ -20,8 +20,22 @@
 //! interleave; a pick that finds its class's ring momentarily empty (another caller holds the
 //! tenant) refunds exactly what it added. Concurrent pickers may both pick the same class; the
 //! class then runs a debt that later picks pay back, so long-run shares stay exact.
+//!
+//! # Batched picks
+//! A pick that adds every ready class's gain costs one RMW per class, on lines every granter
+//! writes. So one caller computes the next picks in a batch (up to `BATCH`) from a snapshot of
+//! the credits and gains, applies the batch's net credit change per class at once (one
+//! `fetch_add` each, which conserves the sum just as the single steps would), and publishes it;
+//! each later pick takes the next entry with one `fetch_add` on the batch cursor. Single-threaded
+//! with constant gains, the sequence is exactly the step-by-step one. A batch is dropped when a
+//! class becomes ready or idle, or its boost changes (`epoch`); a change in a class's ready count
+//! alone leaves it at most `BATCH` picks stale. A batch rewritten while being read is detected by
+//! its sequence word (a seqlock), and the reader falls back to a single step. A refund of a
+//! batched pick undoes exactly that step, with the batch's gains.
 
-use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::sync::{
+    fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
+};
 use crate::tenant::{TenantSlot, TenantTable, NIL};
 
 /// Most classes; `ExcludeMask` has one bit per class.
@@ -51,6 +65,7 @@ pub(crate) struct Class {
     /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
     visiting: AtomicU32,
     /// A hint: the tenant granted last in this class, or `NIL` (`Engine::link_successor`).
+    #[cfg_attr(loom, allow(dead_code))]
     last_granted: AtomicU32,
     /// Ready tenants, in round-robin order.
     ring: ArrayQueue<u32>,
@@ -77,6 +92,90 @@ pub(crate) struct Classes {
     classes: Box<[CachePadded<Class>]>,
     /// Classes in use; they fill from index 0 and are never freed.
     allocated: AtomicU32,
+    /// Bumped when a class becomes ready or idle, or its boost changes: drops the batch.
+    epoch: CachePadded<AtomicU64>,
+    /// Precomputed picks (module docs).
+    schedule: Schedule,
+}
+
+/// Whether picks are batched: always, except under loom, where the batch's atomics would
+/// multiply every model's interleavings; the models of picks turn it on (`with_batched_picks`).
+#[cfg(not(loom))]
+#[inline(always)]
+fn batching() -> bool {
+    true
+}
+
+#[cfg(loom)]
+thread_local! {
+    // Thread-local: loom runs a model's threads on the thread that called the model.
+    static BATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(loom)]
+fn batching() -> bool {
+    BATCHING.with(|b| b.get())
+}
+
+/// Loom models: runs `f` with batched picks on (they are off by default under loom).
+#[cfg(loom)]
+pub fn with_batched_picks<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BATCHING.with(|b| b.set(false));
+        }
+    }
+    BATCHING.with(|b| b.set(true));
+    let _reset = Reset;
+    f()
+}
+
+/// Most picks one batch holds; a handful under loom, where every atomic is a branch point.
+#[cfg(not(loom))]
+const BATCH: usize = 64;
+#[cfg(loom)]
+const BATCH: usize = 3;
+
+/// One batch of picks. Written only by the caller holding `Schedule::computing`.
+struct Batch {
+    /// Seqlock word: odd while being written.
+    seq: AtomicU64,
+    /// The cursor generation these picks belong to.
+    generation: AtomicU64,
+    /// `Classes::epoch` when computed.
+    epoch: AtomicU64,
+    len: AtomicU32,
+    /// The SWRR total every pick of the batch paid (gains are constant within a batch).
+    total: AtomicI64,
+    picks: [AtomicU32; BATCH],
+    /// Each class's gain per pick, for refunds.
+    gains: Box<[AtomicI64]>,
+}
+
+struct Schedule {
+    /// `generation << 32 | next pick index`; one `fetch_add` per pick.
+    cursor: CachePadded<AtomicU64>,
+    /// Held by the one caller computing the next batch; the others step singly meanwhile.
+    computing: AtomicBool,
+    /// Picks to compute next time: halved when a batch is dropped early, doubled when used up.
+    target: AtomicU32,
+    /// Two batches, by generation parity: readers of the current one never meet the writer.
+    batches: [Batch; 2],
+}
+
+impl Batch {
+    fn new(classes: usize) -> Batch {
+        Batch {
+            seq: AtomicU64::new(0),
+            generation: AtomicU64::new(u64::MAX),
+            epoch: AtomicU64::new(0),
+            len: AtomicU32::new(0),
+            total: AtomicI64::new(0),
+            picks: std::array::from_fn(|_| AtomicU32::new(0)),
+            gains: (0..classes).map(|_| AtomicI64::new(0)).collect(),
+        }
+    }
 }
 
 impl Classes {
@@ -100,7 +199,20 @@ impl Classes {
                 })
                 .collect(),
             allocated: AtomicU32::new(0),
+            epoch: CachePadded::new(AtomicU64::new(0)),
+            schedule: Schedule {
+                cursor: CachePadded::new(AtomicU64::new(0)),
+                computing: AtomicBool::new(false),
+                target: AtomicU32::new(BATCH as u32),
+                batches: [Batch::new(count), Batch::new(count)],
+            },
         }
+    }
+
+    /// A class became ready or idle, or its boost changed: the batch no longer applies.
+    fn invalidate(&self) {
+        // Relaxed: a staleness hint; a picker that misses it takes one more batched pick.
+        self.epoch.fetch_add(1, Ordering::Relaxed);
     }
 
     fn allocated(&self) -> usize {
@@ -133,9 +245,196 @@ impl Classes {
         self.classes[class as usize].weight.load(Ordering::Relaxed)
     }
 
+    /// The next SWRR pick over the classes with ready tenants, skipping `exclude`: from the batch
+    /// when it applies (module docs), else one step. Returns the winner and the total it paid;
+    /// `weights` records what each class gained, for `refund`.
+    pub(crate) fn pick(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        if exclude == 0 && batching() {
+            if let Some(picked) = self.pick_batched(weights) {
+                return picked;
+            }
+        }
+        self.step(exclude, weights)
+    }
+
+    /// A pick from the batch, or from a new batch; `None` when the caller should step singly.
+    fn pick_batched(&self, weights: &mut ClassWeights) -> Option<Option<(usize, i64)>> {
+        let schedule = &self.schedule;
+        // Acquire: pairs with the Release that published this generation's batch.
+        let word = schedule.cursor.load(Ordering::Acquire);
+        let batch = &schedule.batches[((word >> 32) & 1) as usize];
+        match self.batch_len(batch, word >> 32) {
+            // No class was ready at this epoch, and a class becoming ready bumps it: empty,
+            // without writing a shared line (callers poll until `Empty`).
+            Some(0) => return Some(None),
+            Some(len) if word & 0xFFFF_FFFF < u64::from(len) => {
+                // Claim the next pick. Acquire: as above, for the generation we land in.
+                let word = schedule.cursor.fetch_add(1, Ordering::Acquire);
+                let batch = &schedule.batches[((word >> 32) & 1) as usize];
+                let index = (word & 0xFFFF_FFFF) as usize;
+                if let Some(picked) = self.read_batch(batch, word >> 32, index, weights) {
+                    return Some(Some(picked));
+                }
+            }
+            _ => {}
+        }
+        // Used up or stale: compute the next batch, unless someone else is.
+        // Acquire: the previous computer's writes happen before ours.
+        if schedule
+            .computing
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        let picked = self.compute_batch(weights);
+        // Release: the next computer sees our writes.
+        schedule.computing.store(false, Ordering::Release);
+        Some(picked)
+    }
+
+    /// The length of `batch` if it is generation `generation`'s, still applies (same epoch) and
+    /// is not being rewritten; a hint, re-validated when a pick is read.
+    fn batch_len(&self, batch: &Batch, generation: u64) -> Option<u32> {
+        // Acquire: see `read_batch`.
+        let seq = batch.seq.load(Ordering::Acquire);
+        // Relaxed: validated by the sequence re-check.
+        let len = batch.len.load(Ordering::Relaxed);
+        let valid = seq & 1 == 0
+            && batch.generation.load(Ordering::Relaxed) == generation
+            && batch.epoch.load(Ordering::Relaxed) == self.epoch.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        (valid && batch.seq.load(Ordering::Relaxed) == seq).then_some(len)
+    }
+
+    /// Pick `index` of `batch`, if the batch is generation `generation`'s, still applies, and was
+    /// not rewritten while read.
+    fn read_batch(
+        &self,
+        batch: &Batch,
+        generation: u64,
+        index: usize,
+        weights: &mut ClassWeights,
+    ) -> Option<(usize, i64)> {
+        // Acquire: the fields read below are at least as new as this sequence number.
+        let seq = batch.seq.load(Ordering::Acquire);
+        // Relaxed: validated by the sequence re-check below.
+        if seq & 1 != 0
+            || batch.generation.load(Ordering::Relaxed) != generation
+            || index >= batch.len.load(Ordering::Relaxed) as usize
+            || batch.epoch.load(Ordering::Relaxed) != self.epoch.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let class = batch.picks[index].load(Ordering::Relaxed) as usize;
+        let total = batch.total.load(Ordering::Relaxed);
+        let allocated = self.allocated();
+        for (weight, gain) in weights[..allocated].iter_mut().zip(batch.gains.iter()) {
+            *weight = gain.load(Ordering::Relaxed);
+        }
+        // The seqlock reader's check: an Acquire fence, then the sequence again. Unchanged, no
+        // writer started since `seq`, so what we read is that batch.
+        fence(Ordering::Acquire);
+        if batch.seq.load(Ordering::Relaxed) != seq || class >= allocated {
+            return None;
+        }
+        Some((class, total))
+    }
+
+    /// Holding `computing`: runs the next picks from a snapshot of the credits, charges their
+    /// net effect, publishes them as the next generation and returns the first.
+    fn compute_batch(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        let schedule = &self.schedule;
+        let allocated = self.allocated();
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let mut current = [0i64; CLASS_LIMIT];
+        let mut total = 0i64;
+        for (c, class) in self.classes[..allocated].iter().enumerate() {
+            // Relaxed: a snapshot; the net change is applied with `fetch_add`, so concurrent
+            // single steps and refunds are never lost.
+            let ready = class.ready.load(Ordering::Relaxed);
+            weights[c] = if ready > 0 { class.gain(ready) } else { 0 };
+            current[c] = class.current.load(Ordering::Relaxed);
+            total += weights[c];
+        }
+        // Size: double after a batch that was used up, halve after one dropped early; an empty
+        // batch (nothing ready) records just that, for `pick_batched`.
+        let word = schedule.cursor.load(Ordering::Relaxed);
+        let old_len = schedule.batches[((word >> 32) & 1) as usize]
+            .len
+            .load(Ordering::Relaxed);
+        let mut target = schedule.target.load(Ordering::Relaxed);
+        if total > 0 && old_len > 0 {
+            target = if word & 0xFFFF_FFFF >= u64::from(old_len) {
+                (target * 2).min(BATCH as u32)
+            } else {
+                (target / 2).max(1)
+            };
+            schedule.target.store(target, Ordering::Relaxed);
+        }
+        let len = if total > 0 { target } else { 0 };
+        let generation = (word >> 32).wrapping_add(1) & 0xFFFF_FFFF;
+        let batch = &schedule.batches[(generation & 1) as usize];
+        // Seqlock writer: odd while writing. The Release fence orders the odd value before the
+        // field writes for any reader that sees one of them.
+        let seq = batch.seq.load(Ordering::Relaxed).wrapping_add(1);
+        batch.seq.store(seq, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let start = current;
+        for pick in &batch.picks[..len as usize] {
+            let mut best: Option<(usize, i64)> = None;
+            for c in 0..allocated {
+                if weights[c] == 0 {
+                    continue;
+                }
+                current[c] += weights[c];
+                if best.is_none_or(|(_, top)| current[c] > top) {
+                    best = Some((c, current[c]));
+                }
+            }
+            let Some((winner, _)) = best else {
+                break; // unreachable: total > 0, so some class gains
+            };
+            current[winner] -= total;
+            pick.store(winner as u32, Ordering::Relaxed);
+        }
+        // Charge the batch's net change per class. Relaxed: credits are counters (`step`).
+        for (c, class) in self.classes[..allocated].iter().enumerate() {
+            let delta = current[c] - start[c];
+            #[cfg(fairq_broken)]
+            if crate::broken::on(crate::broken::Break::Batch) {
+                // Broken on purpose: overwrite with the snapshot's result; a concurrent single
+                // step or refund is lost.
+                class.current.store(current[c], Ordering::Relaxed);
+                batch.gains[c].store(weights[c], Ordering::Relaxed);
+                continue;
+            }
+            if delta != 0 {
+                class.current.fetch_add(delta, Ordering::Relaxed);
+            }
+            batch.gains[c].store(weights[c], Ordering::Relaxed);
+        }
+        batch.len.store(len, Ordering::Relaxed);
+        batch.total.store(total, Ordering::Relaxed);
+        batch.epoch.store(epoch, Ordering::Relaxed);
+        batch.generation.store(generation, Ordering::Relaxed);
+        // Release: the batch is complete before its sequence number is even again, and before
+        // its generation is published. Pick 0 is ours.
+        batch.seq.store(seq.wrapping_add(1), Ordering::Release);
+        schedule.cursor.store(
+            (generation << 32) | u64::from(len.min(1)),
+            Ordering::Release,
+        );
+        if len == 0 {
+            return None;
+        }
+        let first = batch.picks[0].load(Ordering::Relaxed) as usize;
+        Some((first, total))
+    }
+
     /// One SWRR step over the classes with ready tenants, skipping `exclude`. Returns the winner
     /// and the total it paid; `weights` records what each class gained, for `refund`.
-    pub(crate) fn pick(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+    fn step(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
         let mut total = 0i64;
         let mut best: Option<(usize, i64)> = None;
         for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
@@ -279,6 +578,7 @@ impl Classes {
         self.classes[class]
             .boost
             .fetch_add(delta, Ordering::Relaxed);
+        self.invalidate();
     }
 
     /// Starts a visit of a tenant whose last visit began at visit number `*last_visit`: returns
@@ -318,6 +618,7 @@ impl Classes {
         }
         if class.ready.fetch_add(1, Ordering::Relaxed) == 0 {
             class.current.store(0, Ordering::Relaxed);
+            self.invalidate();
         }
         slot.last_visit
             .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -360,7 +661,9 @@ impl Classes {
     /// A held tenant leaves `class`'s ready set (parked, idle or moving class).
     pub(crate) fn leave(&self, class: u32, slot: &TenantSlot) {
         let class = &self.classes[class as usize];
-        class.ready.fetch_sub(1, Ordering::Relaxed);
+        if class.ready.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.invalidate();
+        }
         let counted = slot.counted_factor.load(Ordering::Relaxed);
         if counted != FACTOR_ONE as u32 {
             class

@@ -85,9 +85,6 @@ mod imp {
         pub(crate) fn pop(&self) -> Option<T> {
             self.inner.lock().unwrap().pop_front()
         }
-        pub(crate) fn len(&self) -> usize {
-            self.inner.lock().unwrap().len()
-        }
     }
 
     /// Under loom a backoff is one yield, then gives up, so models stay small.
@@ -130,6 +127,7 @@ pub(crate) use imp::*;
 /// outside the C ABI: the intrinsic takes a raw pointer.
 #[inline(always)]
 #[allow(unsafe_code)]
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn prefetch<T>(ptr: *const T, len: usize) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {

@@ -167,6 +167,7 @@ impl TicketSlab {
     }
 
     /// Starts loading cell `index` into the cache (a hint; out of range does nothing).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn prefetch(&self, index: u32) {
         if let Some(cell) = self.cells.get(index as usize) {
             crate::sync::prefetch(cell, std::mem::size_of::<TicketCell>());

@@ -5,7 +5,9 @@
 //! current weight and the winner pays the total; a pick whose class ring is momentarily empty
 //! (the other thread holds the tenant) refunds and tries another class. Both threads get a
 //! grant, the tickets are distinct, the per-tenant and engine counters add up, and the classes'
-//! current weights sum to 0 again: no credit lost or made up.
+//! current weights sum to 0 again: no credit lost or made up. The `_batched` twins run the same
+//! with batched picks (`sched.rs`): a batch computed, charged and read while the other granter
+//! steps singly.
 #![cfg(loom)]
 
 use fairq::{Engine, NextGrant};
@@ -67,6 +69,34 @@ fn two_granters_two_classes() {
 #[test]
 fn two_granters_one_class() {
     check("pick::one_class", || two_granters_model(1));
+}
+
+/// The same races with batched picks (off by default under loom): one granter computes a batch
+/// and charges its net credit change while the other steps singly or reads the batch.
+#[test]
+fn two_granters_two_classes_batched() {
+    fairq::with_batched_picks(|| check("pick::two_classes_batched", || two_granters_model(2)));
+}
+
+#[test]
+fn two_granters_one_class_batched() {
+    fairq::with_batched_picks(|| check("pick::one_class_batched", || two_granters_model(1)));
+}
+
+/// A batch that stores its credits instead of adding its net change: a concurrent single step
+/// is lost.
+#[cfg(fairq_broken)]
+#[test]
+#[should_panic(expected = "SWRR credit lost or made up")]
+fn broken_batch_is_caught() {
+    use fairq::broken::{with, Break};
+    with(Break::Batch, || {
+        fairq::with_batched_picks(|| {
+            check("pick::two_classes_batched [broken]", || {
+                two_granters_model(2)
+            })
+        })
+    });
 }
 
 /// SWRR gain added by load-then-store: a concurrent pick's gain is lost.

@@ -110,6 +110,13 @@ fn weight_swap_races_next_grant() {
     check("weights::swap_vs_grant", swap_vs_grant_model);
 }
 
+/// With batched picks: the class move drops the batch (a class became ready), so grants follow
+/// the new weight as exactly.
+#[test]
+fn weight_swap_races_batched_grants() {
+    fairq::with_batched_picks(|| check("weights::swap_vs_grant_batched", swap_vs_grant_model));
+}
+
 #[test]
 fn weight_swap_races_slot_claim() {
     check("weights::swap_vs_claim", swap_vs_claim_model);
