@@ -557,7 +557,8 @@ impl<C: ConnectionLike> Fleet<C> {
 
 impl<C: ConnectionLike + Send + 'static> Fleet<C> {
     /// Starts a library-owned sync thread (start it after `fork()`): it syncs every period with
-    /// ±10% jitter until [`FleetThread::stop`].
+    /// ±10% jitter, at a fixed rate (a slow sync shortens the wait after it), until
+    /// [`FleetThread::stop`].
     pub fn start(mut self) -> std::io::Result<FleetThread<C>> {
         let (stop, stopped) = mpsc::channel::<()>();
         let status = Arc::clone(&self.status);
@@ -567,8 +568,13 @@ impl<C: ConnectionLike + Send + 'static> Fleet<C> {
             .name("fairq-fleet".into())
             .spawn(move || {
                 loop {
-                    let _ = self.sync(crate::clock::now_ns());
-                    let wait = jittered(period_ns, &mut seed);
+                    // Fixed rate: the next sync is due a (jittered) period after this one began,
+                    // not after it ended, so a sync that waits out its timeout does not stretch
+                    // the period (3 failures then take 3 periods, not 3 × 1.5).
+                    let began = crate::clock::now_ns();
+                    let _ = self.sync(began);
+                    let due = began + jittered(period_ns, &mut seed);
+                    let wait = due.saturating_sub(crate::clock::now_ns());
                     match stopped.recv_timeout(Duration::from_nanos(wait)) {
                         Err(mpsc::RecvTimeoutError::Timeout) => continue,
                         _ => break,
