@@ -4,54 +4,12 @@
 //! Needs a C compiler (`cc`, or `$CC`). The static library is the one cargo built for this test
 //! run, found next to the test binary (`target/<profile>/deps/libfairq.a`).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
-/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// A library cargo built for this run: `target/<profile>/deps/NAME`, which every build rewrites,
-/// else the copy in `target/<profile>/` (refreshed by `cargo build` only, so it can be stale
-/// after a `cargo test`, or from a build with other features).
-fn built_library(name: &str) -> PathBuf {
-    let dir = profile_dir();
-    [dir.join("deps").join(name), dir.join(name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))
-}
-
-fn compile(source: &str, name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = built_library("libfairq.a");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let status = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-            "-g",
-        ])
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg(root.join(source))
-        .arg(&lib)
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&out)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(status.success(), "{cc} failed on {source}");
-    out
-}
+use common::c_build::compile;
 
 fn run(program: &Path) -> String {
     let output = Command::new(program).output().expect("run C program");
@@ -68,7 +26,7 @@ fn run(program: &Path) -> String {
 
 #[test]
 fn c_test_suite_passes() {
-    let program = compile("ffi/c/test_fairq.c", "test_fairq");
+    let program = compile("ffi/c/test_fairq.c", "test_fairq", &[]);
     let stdout = run(&program);
     print!("{stdout}");
     assert!(
@@ -79,7 +37,7 @@ fn c_test_suite_passes() {
 
 #[test]
 fn quickstart_serves_three_to_one() {
-    let program = compile("ffi/c/quickstart.c", "quickstart");
+    let program = compile("ffi/c/quickstart.c", "quickstart", &[]);
     let stdout = run(&program);
     let grants: Vec<&str> = stdout.lines().filter(|l| l.starts_with("grant ")).collect();
     assert_eq!(grants.len(), 8, "{stdout}");

@@ -7,55 +7,14 @@
 mod common;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::c_build::compile;
 use common::redis_server::RedisServer;
-
-/// The static library cargo built for this run: `target/<profile>/deps/libfairq.a` (every
-/// build rewrites it, with this run's features), else the copy `cargo build` leaves in
-/// `target/<profile>/`.
-fn static_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    [dir.join("deps/libfairq.a"), dir.join("libfairq.a")]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("libfairq.a not built under {}", dir.display()))
-}
-
-fn compile(source: &str, name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let status = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Wpedantic",
-            "-Werror",
-            "-g",
-        ])
-        .arg("-DFAIRQ_FLEET")
-        .arg("-I")
-        .arg(root.join("include"))
-        .arg(root.join(source))
-        .arg(static_library())
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&out)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(status.success(), "{cc} failed on {source}");
-    out
-}
 
 #[test]
 fn c_fleet_suite_passes_against_a_real_redis() {
-    let program = compile("ffi/c/test_fleet.c", "test_fleet");
+    let program = compile("ffi/c/test_fleet.c", "test_fleet", &["-DFAIRQ_FLEET"]);
     let server = RedisServer::start();
     // A port nothing listens on: bound, then released.
     let dead_port = TcpListener::bind("127.0.0.1:0")

@@ -5,9 +5,12 @@
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 use std::mem::{offset_of, size_of};
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
+use common::c_build::built_library;
 use fairq::ffi::*;
 
 fn root() -> &'static Path {
@@ -16,21 +19,6 @@ fn root() -> &'static Path {
 
 fn header() -> String {
     std::fs::read_to_string(root().join("include/fairq.h")).expect("include/fairq.h")
-}
-
-/// A library cargo built for this run: `target/<profile>/deps/NAME`, which every build rewrites,
-/// else the copy in `target/<profile>/` (refreshed by `cargo build` only, so it can be from a
-/// build with other features).
-fn built_library(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    [dir.join("deps").join(name), dir.join(name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))
 }
 
 /// The guard around the declarations of cargo feature `fleet` (cbindgen.toml `[defines]`).

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod c_build;
 #[cfg(feature = "fleet")]
 pub mod redis_server;
 

@@ -1,0 +1,54 @@
+//! Building the C programs in `ffi/c/` against the library cargo built for this test run
+//! (`c_api`, `c_fleet`), with strict warnings.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`: the test binary lives in `target/<profile>/deps/`.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// A library cargo built for this run: `target/<profile>/deps/NAME`, which every build rewrites
+/// (with this run's features), else the copy in `target/<profile>/` (refreshed by `cargo build`
+/// only, so it can be stale after a `cargo test`, or from a build with other features).
+pub fn built_library(name: &str) -> PathBuf {
+    let dir = profile_dir();
+    [dir.join("deps").join(name), dir.join(name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} not built under {}", dir.display()))
+}
+
+/// Compiles `source` (relative to the crate root) with `defines` (`-D...`) against
+/// `libfairq.a`; returns the program's path.
+pub fn compile(source: &str, name: &str, defines: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = built_library("libfairq.a");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let status = Command::new(&cc)
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-g",
+        ])
+        .args(defines)
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(root.join(source))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(status.success(), "{cc} failed on {source}");
+    out
+}
