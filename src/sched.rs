@@ -29,9 +29,11 @@
 //! each later pick takes the next entry with one `fetch_add` on the batch cursor. Single-threaded
 //! with constant gains, the sequence is exactly the step-by-step one. A batch is dropped when a
 //! class becomes ready or idle, or its boost changes (`epoch`); a change in a class's ready count
-//! alone leaves it at most `BATCH` picks stale. A batch rewritten while being read is detected by
-//! its sequence word (a seqlock), and the reader falls back to a single step. A refund of a
-//! batched pick undoes exactly that step, with the batch's gains.
+//! alone leaves it at most `BATCH` picks stale. The next batch's computer first closes the cursor
+//! on the old one (a swap, which also says how many of its picks were claimed) and refunds the
+//! unclaimed picks, so dropping a batch costs no class its service. A batch rewritten while being
+//! read is detected by its sequence word (a seqlock), and the reader falls back to a single step.
+//! A refund of a batched pick undoes exactly that step, with the batch's gains.
 
 use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
@@ -136,6 +138,12 @@ pub fn with_batched_picks<R>(f: impl FnOnce() -> R) -> R {
 const BATCH: usize = 64;
 #[cfg(loom)]
 const BATCH: usize = 3;
+
+/// The low half of the cursor: the next pick's index.
+const INDEX_MASK: u64 = 0xFFFF_FFFF;
+/// The index of a generation being computed: past any batch, with room for the claims that
+/// land meanwhile.
+const CLOSED_INDEX: u64 = 1 << 31;
 
 /// One batch of picks. Written only by the caller holding `Schedule::computing`.
 struct Batch {
@@ -267,11 +275,11 @@ impl Classes {
             // No class was ready at this epoch, and a class becoming ready bumps it: empty,
             // without writing a shared line (callers poll until `Empty`).
             Some(0) => return Some(None),
-            Some(len) if word & 0xFFFF_FFFF < u64::from(len) => {
+            Some(len) if word & INDEX_MASK < u64::from(len) => {
                 // Claim the next pick. Acquire: as above, for the generation we land in.
                 let word = schedule.cursor.fetch_add(1, Ordering::Acquire);
                 let batch = &schedule.batches[((word >> 32) & 1) as usize];
-                let index = (word & 0xFFFF_FFFF) as usize;
+                let index = (word & INDEX_MASK) as usize;
                 if let Some(picked) = self.read_batch(batch, word >> 32, index, weights) {
                     return Some(Some(picked));
                 }
@@ -319,10 +327,11 @@ impl Classes {
         // Acquire: the fields read below are at least as new as this sequence number.
         let seq = batch.seq.load(Ordering::Acquire);
         // Relaxed: validated by the sequence re-check below.
+        // No epoch check here: a claimed pick was charged and counts as used, so it is served
+        // even if the batch was dropped since the claim (`batch_len` checked the epoch).
         if seq & 1 != 0
             || batch.generation.load(Ordering::Relaxed) != generation
             || index >= batch.len.load(Ordering::Relaxed) as usize
-            || batch.epoch.load(Ordering::Relaxed) != self.epoch.load(Ordering::Relaxed)
         {
             return None;
         }
@@ -341,31 +350,58 @@ impl Classes {
         Some((class, total))
     }
 
-    /// Holding `computing`: runs the next picks from a snapshot of the credits, charges their
-    /// net effect, publishes them as the next generation and returns the first.
+    /// Holding `computing`: closes the current batch and refunds its unclaimed picks, runs the
+    /// next picks from a snapshot of the credits, charges their net effect, publishes them as the
+    /// next generation and returns the first.
     fn compute_batch(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
         let schedule = &self.schedule;
         let allocated = self.allocated();
+        // Close the current generation: claims from here on land in the next one, whose batch
+        // is not valid yet (the index is far past any length), so they step singly. The swap
+        // returns how many picks of the old batch were claimed. AcqRel: Acquire for the old
+        // batch's fields (we refund from them), Release so a claimer of the closed generation
+        // reads what was published before.
+        let word = schedule.cursor.load(Ordering::Relaxed);
+        let generation = (word >> 32).wrapping_add(1) & INDEX_MASK;
+        let closed = schedule
+            .cursor
+            .swap((generation << 32) | CLOSED_INDEX, Ordering::AcqRel);
+        // Refund the old batch's unclaimed picks (each was charged when the batch was made), so
+        // a batch dropped early costs no class its service. Relaxed: we hold `computing`, the
+        // only writer of batches, and the Acquire above ordered its last writes.
+        let old = &schedule.batches[((closed >> 32) & 1) as usize];
+        let old_len = if old.generation.load(Ordering::Relaxed) == closed >> 32 {
+            old.len.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let claimed = (closed & INDEX_MASK).min(u64::from(old_len)) as u32;
+        let mut refund = [0i64; CLASS_LIMIT];
+        if claimed < old_len {
+            let old_total = old.total.load(Ordering::Relaxed);
+            for pick in &old.picks[claimed as usize..old_len as usize] {
+                for (c, r) in refund[..allocated].iter_mut().enumerate() {
+                    *r -= old.gains[c].load(Ordering::Relaxed);
+                }
+                refund[pick.load(Ordering::Relaxed) as usize] += old_total;
+            }
+        }
         let epoch = self.epoch.load(Ordering::Relaxed);
-        let mut current = [0i64; CLASS_LIMIT];
+        let mut start = [0i64; CLASS_LIMIT];
         let mut total = 0i64;
         for (c, class) in self.classes[..allocated].iter().enumerate() {
             // Relaxed: a snapshot; the net change is applied with `fetch_add`, so concurrent
             // single steps and refunds are never lost.
             let ready = class.ready.load(Ordering::Relaxed);
             weights[c] = if ready > 0 { class.gain(ready) } else { 0 };
-            current[c] = class.current.load(Ordering::Relaxed);
+            start[c] = class.current.load(Ordering::Relaxed);
             total += weights[c];
         }
         // Size: double after a batch that was used up, halve after one dropped early; an empty
         // batch (nothing ready) records just that, for `pick_batched`.
-        let word = schedule.cursor.load(Ordering::Relaxed);
-        let old_len = schedule.batches[((word >> 32) & 1) as usize]
-            .len
-            .load(Ordering::Relaxed);
         let mut target = schedule.target.load(Ordering::Relaxed);
         if total > 0 && old_len > 0 {
-            target = if word & 0xFFFF_FFFF >= u64::from(old_len) {
+            target = if claimed >= old_len {
                 (target * 2).min(BATCH as u32)
             } else {
                 (target / 2).max(1)
@@ -373,14 +409,16 @@ impl Classes {
             schedule.target.store(target, Ordering::Relaxed);
         }
         let len = if total > 0 { target } else { 0 };
-        let generation = (word >> 32).wrapping_add(1) & 0xFFFF_FFFF;
         let batch = &schedule.batches[(generation & 1) as usize];
         // Seqlock writer: odd while writing. The Release fence orders the odd value before the
         // field writes for any reader that sees one of them.
         let seq = batch.seq.load(Ordering::Relaxed).wrapping_add(1);
         batch.seq.store(seq, Ordering::Relaxed);
         fence(Ordering::Release);
-        let start = current;
+        let mut current = start;
+        for (c, r) in current[..allocated].iter_mut().zip(refund) {
+            *c += r;
+        }
         for pick in &batch.picks[..len as usize] {
             let mut best: Option<(usize, i64)> = None;
             for c in 0..allocated {
@@ -398,7 +436,8 @@ impl Classes {
             current[winner] -= total;
             pick.store(winner as u32, Ordering::Relaxed);
         }
-        // Charge the batch's net change per class. Relaxed: credits are counters (`step`).
+        // Charge the refund and the batch's net change per class. Relaxed: credits are counters
+        // (`step`).
         for (c, class) in self.classes[..allocated].iter().enumerate() {
             let delta = current[c] - start[c];
             #[cfg(fairq_broken)]
@@ -419,7 +458,7 @@ impl Classes {
         batch.epoch.store(epoch, Ordering::Relaxed);
         batch.generation.store(generation, Ordering::Relaxed);
         // Release: the batch is complete before its sequence number is even again, and before
-        // its generation is published. Pick 0 is ours.
+        // the cursor opens its generation. Pick 0 is ours.
         batch.seq.store(seq.wrapping_add(1), Ordering::Release);
         schedule.cursor.store(
             (generation << 32) | u64::from(len.min(1)),
