@@ -47,6 +47,72 @@ fn check_windows(weights: &[u32], windows: usize) {
     }
 }
 
+/// A tenant that keeps going idle and coming back (one request at a time, re-sent only every
+/// third grant) makes its class join and leave the ready set: each time the scheduler's batch of
+/// precomputed picks is dropped. The always-backlogged tenants must still share exactly by
+/// weight among themselves: a dropped batch's unclaimed picks were charged in advance and must be
+/// refunded, or the classes that won them lose service.
+#[test]
+fn a_flickering_class_leaves_the_others_shares_exact() {
+    let weights = [2u32, 4, 8];
+    let engine = engine(Config {
+        max_tenants: 4,
+        tenant_queue_capacity: 4,
+        queue_capacity: 16,
+        max_in_flight: 1,
+        ..Config::default()
+    });
+    let keys: Vec<TenantKey> = (0..3)
+        .map(|i| TenantKey::from_raw(format!("steady-{i}").as_bytes()))
+        .collect();
+    for (k, &w) in keys.iter().zip(&weights) {
+        engine.set_weight_key(*k, w).unwrap();
+        for _ in 0..2 {
+            queued(&engine, &Request::new(*k, Dimension::User), 0);
+        }
+    }
+    let flicker = key("flicker");
+    engine.set_weight_key(flicker, 3).unwrap();
+    queued(&engine, &Request::new(flicker, Dimension::User), 0);
+    let mut got = [0u64; 3];
+    let mut flicker_grants = 0u64;
+    let mut flicker_queued = true;
+    for round in 0..140_000u64 {
+        let g = granted(&engine, 1);
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 1)
+            .unwrap();
+        match keys.iter().position(|k| *k == g.tenant) {
+            Some(i) => {
+                got[i] += 1;
+                queued(&engine, &Request::new(g.tenant, Dimension::User), 1);
+            }
+            None => {
+                flicker_grants += 1;
+                flicker_queued = false; // its class just left the ready set
+            }
+        }
+        if round % 3 == 0 && !flicker_queued {
+            queued(&engine, &Request::new(flicker, Dimension::User), 1);
+            flicker_queued = true;
+        }
+    }
+    assert!(
+        flicker_grants > 10_000,
+        "the flickering tenant was served: {flicker_grants}"
+    );
+    let total: u64 = got.iter().sum();
+    for (i, &w) in weights.iter().enumerate() {
+        let share = got[i] as f64 / total as f64;
+        let want = f64::from(w) / 14.0;
+        assert!(
+            (share - want).abs() / want < 0.01,
+            "steady tenant {i} (weight {w}) got {share:.4} of the steady grants, want {want:.4}: \
+             {got:?}, flicker {flicker_grants}"
+        );
+    }
+}
+
 #[test]
 fn window_weights_5_1_1() {
     check_windows(&[5, 1, 1], 20);
