@@ -24,6 +24,11 @@
  * is a per-worker bound. Everything here runs on the worker's event loop thread, so the ctx
  * pointers handed to the engine as user_data are only ever read back on that thread, and every
  * ctx cancels or completes its ticket before its pool goes away.
+ *
+ * Fleet mode (fairq_fleet_redis; compiled with -DFAIRQ_FLEET against a fleet build of the
+ * library): each worker is one replica, <hostname>:<pid>, whose library-owned thread syncs
+ * served cost with Redis every period. It starts in init_process (after fork) and stops in
+ * exit_process; grants never wait for Redis.
  */
 
 #include <ngx_config.h>
@@ -60,6 +65,9 @@ typedef struct {
     ngx_msec_t                  engine_max_wait;    /* largest fairq_max_wait anywhere */
     ngx_array_t                *weights;            /* ngx_http_fairq_weight_t */
     fairq_config                config;
+    ngx_str_t                   fleet_redis;        /* NUL-terminated; empty: fleet off */
+    ngx_str_t                   fleet_name;         /* NUL-terminated */
+    ngx_msec_t                  fleet_period;
 } ngx_http_fairq_main_conf_t;
 
 
@@ -88,6 +96,9 @@ typedef struct {
 /* Per worker process: the engine and what the module itself decided. */
 typedef struct {
     fairq_engine               *engine;
+#if defined(FAIRQ_FLEET)
+    fairq_fleet                *fleet;
+#endif
     const char                 *dimension;
     uint32_t                    request_dimension;  /* FAIRQ_DIM_* */
     ngx_event_t                 wakeup;
@@ -124,6 +135,10 @@ static char *ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_check_range(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_fairq_fleet_str(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_fleet_period(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static ngx_int_t ngx_http_fairq_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_fairq_init_process(ngx_cycle_t *cycle);
 static void ngx_http_fairq_exit_process(ngx_cycle_t *cycle);
@@ -229,6 +244,27 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
     { ngx_string("fairq_weight"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
       ngx_http_fairq_weight,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_fleet_redis"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_fairq_fleet_str,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_fairq_main_conf_t, fleet_redis),
+      NULL },
+
+    { ngx_string("fairq_fleet_name"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_fairq_fleet_str,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_fairq_main_conf_t, fleet_name),
+      NULL },
+
+    { ngx_string("fairq_fleet_period"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_fairq_fleet_period,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -907,6 +943,34 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             ngx_http_fairq_worker.budget_timeouts,
             ngx_http_fairq_worker.client_cancels, ngx_pid);
 
+#if defined(FAIRQ_FLEET)
+    if (ngx_http_fairq_worker.fleet != NULL) {
+        fairq_fleet_status  st;
+
+        ngx_memzero(&st, sizeof(fairq_fleet_status));
+        (void) fairq_fleet_get_status(ngx_http_fairq_worker.fleet, &st);
+
+        p = ngx_slprintf(p, end,
+                "# HELP fairq_nginx_fleet_syncs_total Fleet syncs this worker's thread "
+                "attempted.\n"
+                "# TYPE fairq_nginx_fleet_syncs_total counter\n"
+                "fairq_nginx_fleet_syncs_total %uL\n"
+                "# HELP fairq_nginx_fleet_consecutive_failures Failed fleet syncs since the "
+                "last success.\n"
+                "# TYPE fairq_nginx_fleet_consecutive_failures gauge\n"
+                "fairq_nginx_fleet_consecutive_failures %uD\n"
+                "# HELP fairq_nginx_fleet_synced 1 once a fleet sync has succeeded.\n"
+                "# TYPE fairq_nginx_fleet_synced gauge\n"
+                "fairq_nginx_fleet_synced %d\n"
+                "# HELP fairq_nginx_fleet_degraded 1 while this worker runs on local "
+                "fairness (Redis failing or stale).\n"
+                "# TYPE fairq_nginx_fleet_degraded gauge\n"
+                "fairq_nginx_fleet_degraded %d\n",
+                st.syncs, st.consecutive_failures, st.has_synced ? 1 : 0,
+                st.degraded ? 1 : 0);
+    }
+#endif
+
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = p - buf;
     ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -936,6 +1000,7 @@ ngx_http_fairq_create_main_conf(ngx_conf_t *cf)
     fmcf->tenant_queue_size = NGX_CONF_UNSET_UINT;
     fmcf->max_tenants = NGX_CONF_UNSET_UINT;
     fmcf->default_weight = NGX_CONF_UNSET_UINT;
+    fmcf->fleet_period = NGX_CONF_UNSET_MSEC;
 
     return fmcf;
 }
@@ -957,6 +1022,11 @@ ngx_http_fairq_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->tenant_queue_size, d.tenant_queue_capacity);
     ngx_conf_init_uint_value(fmcf->max_tenants, d.max_tenants);
     ngx_conf_init_uint_value(fmcf->default_weight, d.default_weight);
+    ngx_conf_init_msec_value(fmcf->fleet_period, 100);
+
+    if (fmcf->fleet_name.data == NULL) {
+        ngx_str_set(&fmcf->fleet_name, "nginx");     /* a literal: NUL-terminated */
+    }
 
     return NGX_CONF_OK;
 }
@@ -1028,6 +1098,75 @@ ngx_http_fairq_check_range(ngx_conf_t *cf, void *post, void *data)
     if (*np < range->low || *np > range->high) {
         return "is out of range";
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_fleet_redis, fairq_fleet_name: a non-empty string, kept NUL-terminated. */
+static char *
+ngx_http_fairq_fleet_str(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t  *field, *value;
+
+    field = (ngx_str_t *) ((char *) conf + cmd->offset);
+    value = cf->args->elts;
+
+#if !defined(FAIRQ_FLEET)
+    if (field == &((ngx_http_fairq_main_conf_t *) conf)->fleet_redis) {
+        return "needs a module built with fleet mode (build.sh with FAIRQ_FLEET=1)";
+    }
+#endif
+
+    if (field->data != NULL) {
+        return "is duplicate";
+    }
+
+    if (value[1].len == 0) {
+        return "needs a non-empty value";
+    }
+
+    field->len = value[1].len;
+    field->data = ngx_pnalloc(cf->pool, value[1].len + 1);
+    if (field->data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(field->data, value[1].data, value[1].len);
+    field->data[field->len] = '\0';
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_fleet_period: a bare number is ms (unlike nginx's time slots); "100ms" works too. */
+static char *
+ngx_http_fairq_fleet_period(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (fmcf->fleet_period != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+    if (n == NGX_ERROR) {
+        n = ngx_parse_time(&value[1], 0);
+    }
+
+    if (n == NGX_ERROR || n < 50 || n > 500) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "fairq_fleet_period \"%V\" is out of range (50..500 ms)",
+                           &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->fleet_period = (ngx_msec_t) n;
 
     return NGX_CONF_OK;
 }
@@ -1136,6 +1275,45 @@ ngx_http_fairq_init(ngx_conf_t *cf)
         return NGX_OK;
     }
 
+#if defined(FAIRQ_FLEET)
+    if (fmcf->fleet_redis.len) {
+        /* nginx -t names a bad URL or name; _new does not connect, nothing runs. */
+        int32_t               rc;
+        fairq_config          ec;
+        fairq_fleet          *fleet;
+        fairq_engine         *engine;
+        fairq_fleet_config    fc;
+
+        fairq_fleet_config_default(&fc);
+        fc.url = (const char *) fmcf->fleet_redis.data;
+        fc.fleet = (const char *) fmcf->fleet_name.data;
+        fc.replica = "nginx-t";
+        fc.period_ms = fmcf->fleet_period;
+
+        fairq_config_default(&ec);             /* a small engine, only for the check */
+        ec.enabled = true;
+
+        rc = fairq_engine_new(&ec, &engine);
+        if (rc != FAIRQ_OK) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "fairq_engine_new failed: %s",
+                               fairq_status_str(rc));
+            return NGX_ERROR;
+        }
+
+        msg[0] = '\0';
+        fleet = NULL;
+        rc = fairq_fleet_new(engine, &fc, &fleet, msg, sizeof(msg));
+        fairq_fleet_free(fleet);
+        fairq_engine_free(engine);
+
+        if (rc != FAIRQ_OK) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "fairq: invalid fleet configuration: "
+                               "%s (%s)", msg, fairq_status_str(rc));
+            return NGX_ERROR;
+        }
+    }
+#endif
+
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
@@ -1204,6 +1382,52 @@ ngx_http_fairq_init_process(ngx_cycle_t *cycle)
     ngx_http_fairq_worker.wakeup.data = &ngx_http_fairq_worker;
     ngx_http_fairq_worker.wakeup.cancelable = 1;
 
+#if defined(FAIRQ_FLEET)
+    if (fmcf->fleet_redis.len) {
+        u_char              *replica;
+        char                 err[256];
+        fairq_fleet_config   fc;
+
+        /* One replica per worker; a fleet failure leaves the worker on local fairness. */
+        replica = ngx_pnalloc(cycle->pool, cycle->hostname.len + NGX_INT64_LEN + 2);
+        if (replica == NULL) {
+            return NGX_ERROR;
+        }
+        ngx_sprintf(replica, "%V:%P%Z", &cycle->hostname, ngx_pid);
+
+        fairq_fleet_config_default(&fc);
+        fc.url = (const char *) fmcf->fleet_redis.data;
+        fc.fleet = (const char *) fmcf->fleet_name.data;
+        fc.replica = (const char *) replica;
+        fc.period_ms = fmcf->fleet_period;
+
+        err[0] = '\0';
+        rc = fairq_fleet_new(ngx_http_fairq_worker.engine, &fc,
+                             &ngx_http_fairq_worker.fleet, err, sizeof(err));
+        if (rc != FAIRQ_OK) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "fairq_fleet_new failed: %s (%s); fleet mode off in this worker",
+                          err, fairq_status_str(rc));
+            ngx_http_fairq_worker.fleet = NULL;
+            return NGX_OK;
+        }
+
+        rc = fairq_fleet_start(ngx_http_fairq_worker.fleet);
+        if (rc != FAIRQ_OK) {
+            ngx_log_error(NGX_LOG_ERR, cycle->log, 0,
+                          "fairq_fleet_start failed: %s; fleet mode off in this worker",
+                          fairq_status_str(rc));
+            fairq_fleet_free(ngx_http_fairq_worker.fleet);
+            ngx_http_fairq_worker.fleet = NULL;
+            return NGX_OK;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, cycle->log, 0,
+                      "fairq fleet \"%s\": replica \"%s\", period %M ms",
+                      fc.fleet, replica, fmcf->fleet_period);
+    }
+#endif
+
     return NGX_OK;
 }
 
@@ -1214,6 +1438,11 @@ ngx_http_fairq_exit_process(ngx_cycle_t *cycle)
     if (ngx_http_fairq_worker.wakeup.timer_set) {
         ngx_del_timer(&ngx_http_fairq_worker.wakeup);
     }
+
+#if defined(FAIRQ_FLEET)
+    fairq_fleet_free(ngx_http_fairq_worker.fleet);     /* stops the sync thread */
+    ngx_http_fairq_worker.fleet = NULL;
+#endif
 
     fairq_engine_free(ngx_http_fairq_worker.engine);
     ngx_http_fairq_worker.engine = NULL;
