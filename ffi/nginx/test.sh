@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration test of ngx_http_fairq_module against Debian's nginx: builds the module
 # (build.sh), then runs test_nginx.py (real nginx on 127.0.0.1, a temporary prefix, a
-# capacity-limited asyncio upstream and asyncio clients). About 30 s after the build.
+# capacity-limited asyncio upstream and asyncio clients; fleet mode against a redis-server, which
+# must be installed). About 35 s after the build.
 #
 # Installs nginx and nginx-dev with apt-get when they are missing and this runs as root.
 # FAIRQ_SKIP_NGINX=1 skips the test (for machines without nginx or apt).
@@ -20,6 +21,16 @@ if ! command -v nginx >/dev/null || [ ! -x /usr/share/nginx/src/configure ]; the
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx nginx-dev >/dev/null
     else
         echo "test.sh: needs nginx and nginx-dev (apt-get install -y nginx nginx-dev)" >&2
+        exit 1
+    fi
+fi
+if ! command -v redis-server >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing redis-server"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    else
+        echo "test.sh: needs redis-server (apt-get install -y redis-server)" >&2
         exit 1
     fi
 fi

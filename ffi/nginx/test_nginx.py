@@ -14,6 +14,9 @@ alone, fairq on and off), 3:1 weights, no tenant, tenant_queue_full, a budget sh
 service time, client disconnects, the 429 headers and JSON body field by field, the headers of a
 request admitted after waiting, /metrics as Prometheus text matching what the clients saw, a
 health location that stays fast during the floods, and an error log without alerts or crashes.
+Then fleet mode: a redis-server on a free port and an nginx with 2 workers as replicas (a
+heartbeat per worker, the fleet hash's served cost equal to the requests admitted), and the same
+with Redis on a dead port (every request still served, the workers degraded, no crash).
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
@@ -326,7 +329,7 @@ NGINX_CONF = """\
 # Written by ffi/nginx/test_nginx.py.
 load_module {module};
 {user}
-worker_processes 1;
+worker_processes {workers};
 daemon off;
 master_process on;
 pid {prefix}/nginx.pid;
@@ -352,7 +355,7 @@ http {{
     fairq_default_weight 1;
     fairq_weight gold 3;
     fairq_max_wait 30s;
-
+{fleet}
     upstream backend {{
         server 127.0.0.1:{upstream_port};
     }}
@@ -535,6 +538,262 @@ async def edge_cases(port, tally):
               == [1, 2, 3], "short budget: positions 1, 2, 3")
 
 
+# ---------------------------------------------------------------------------------- fleet mode
+
+FLEET_NAME = "nginx-test"
+FLEET_PERIOD_MS = 100
+FLEET_WORKERS = 2
+FLEET_PHASE_S = 2.0
+
+
+class Redis:
+    """A minimal RESP client (blocking; short calls to a local redis-server)."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+        self.file = self.sock.makefile("rb")
+
+    def cmd(self, *args):
+        args = [str(a).encode() for a in args]
+        self.sock.sendall(b"*%d\r\n" % len(args)
+                          + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+        return self._read()
+
+    def _read(self):
+        line = self.file.readline()[:-2]
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            return None if int(rest) < 0 else self.file.read(int(rest) + 2)[:-2].decode()
+        if kind == b"*":
+            return None if int(rest) < 0 else [self._read() for _ in range(int(rest))]
+        raise RuntimeError(f"bad RESP reply {line!r}")
+
+    def close(self):
+        self.file.close()
+        self.sock.close()
+
+
+def start_redis(prefix):
+    """redis-server on 127.0.0.1 at a free port, no persistence (as tests/common/redis_server.rs)."""
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", prefix],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            r = Redis(port)
+            if r.cmd("PING") == "PONG":
+                return proc, r, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.02)
+
+
+def fleet_hash(r, name):
+    """Every epoch hash of the fleet, merged: heartbeat fields, and the sum of the t: fields."""
+    hb, t = {}, {}
+    for key in r.cmd("KEYS", f"{{fairq:{name}}}:served:*") or []:
+        flat = r.cmd("HGETALL", key)
+        for k, v in zip(flat[0::2], flat[1::2]):
+            if k.startswith("hb:"):
+                hb[k[3:]] = int(v)
+            elif k.startswith("t:"):
+                t[k] = t.get(k, 0) + int(v)
+    return hb, t
+
+
+def worker_pids(master_pid):
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == master_pid:
+                pids.append(int(d))
+    return sorted(pids)
+
+
+def fleet_lines(url, period=FLEET_PERIOD_MS):
+    return (f"    fairq_fleet_redis {url};\n    fairq_fleet_name {FLEET_NAME};\n"
+            f"    fairq_fleet_period {period};\n")
+
+
+class Nginx:
+    """An nginx of its own under `prefix`, with `workers` workers and the `fleet` lines."""
+
+    def __init__(self, args, prefix, upstream_port, workers, fleet):
+        os.makedirs(prefix, exist_ok=True)
+        os.chmod(prefix, 0o755)
+        self.args, self.prefix, self.port = args, prefix, free_port()
+        self.conf = os.path.join(prefix, "nginx.conf")
+        self.proc = None
+        user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+        with open(self.conf, "w") as f:
+            f.write(NGINX_CONF.format(module=os.path.abspath(args.module), user=user,
+                                      prefix=prefix, c=C, tenant_queue=TENANT_QUEUE,
+                                      upstream_port=upstream_port, port=self.port,
+                                      short_budget=SHORT_BUDGET_MS, workers=workers,
+                                      fleet=fleet))
+
+    def test(self):
+        return subprocess.run([self.args.nginx, "-t", "-p", self.prefix, "-c", self.conf],
+                              capture_output=True, text=True)
+
+    async def start(self):
+        self.proc = subprocess.Popen([self.args.nginx, "-p", self.prefix, "-c", self.conf])
+        await wait_port(self.port)
+
+    def stop(self, what):
+        """Graceful quit (exit_process frees the fleet, joining its thread); checks the log."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                check(False, f"{what}: nginx quits gracefully")
+        log_path = os.path.join(self.prefix, "error.log")
+        log = open(log_path).read() if os.path.exists(log_path) else ""
+        bad = [line for line in log.splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal|segfault|core dumped",
+                            line)]
+        check(not bad, f"{what}: error log has no alerts or crashes ({len(log.splitlines())} "
+                       f"lines)" + "".join("\n      " + line for line in bad[:5]))
+        return log
+
+
+async def fleet_traffic(port, seconds):
+    """Two tenants over capacity on /on/ (so requests queue) for `seconds`."""
+    tally, out = Tally(), []
+    until = time.monotonic() + seconds
+    await asyncio.gather(loop_tenant(port, "/on/", "fleet-a", 12, until, tally, out),
+                         loop_tenant(port, "/on/", "fleet-b", 4, until, tally, out))
+    return tally, out
+
+
+async def fleet_metrics(port):
+    samples, _, _ = parse_prometheus((await one(port, "/metrics")).body.decode())
+    return {k[0]: v for k, v in samples.items() if k[0].startswith("fairq_nginx_fleet_")}
+
+
+async def fleet_scenarios(args, prefix, upstream_port):
+    """Workers as fleet replicas against a real redis-server, then against a dead port."""
+    print("- fleet mode: nginx -t", flush=True)
+    ng = Nginx(args, os.path.join(prefix, "fleet-t"), upstream_port, 1,
+               fleet_lines("redis://127.0.0.1:6379/", period=20))
+    t = ng.test()
+    check(t.returncode != 0 and "out of range (50..500 ms)" in t.stderr,
+          f"nginx -t refuses fairq_fleet_period 20: "
+          f"{(t.stderr.strip().splitlines() or ['(nothing)'])[-2 if t.returncode else -1]}")
+    ng = Nginx(args, os.path.join(prefix, "fleet-t2"), upstream_port, 1,
+               fleet_lines("http://127.0.0.1/"))
+    t = ng.test()
+    check(t.returncode != 0 and "invalid fleet configuration" in t.stderr,
+          f"nginx -t refuses a URL that is not redis: "
+          f"{(t.stderr.strip().splitlines() or ['(nothing)'])[0]}")
+
+    print(f"- fleet mode: {FLEET_WORKERS} workers as replicas against redis-server, "
+          f"period {FLEET_PERIOD_MS} ms", flush=True)
+    redis_dir = os.path.join(prefix, "redis")
+    os.makedirs(redis_dir, exist_ok=True)
+    redis, r, redis_port = start_redis(redis_dir)
+    ng = Nginx(args, os.path.join(prefix, "fleet"), upstream_port, FLEET_WORKERS,
+               fleet_lines(f"redis://127.0.0.1:{redis_port}/"))
+    try:
+        t = ng.test()
+        check(t.returncode == 0, "nginx -t accepts the fleet directives"
+                                 + ("" if t.returncode == 0 else ": " + t.stderr.strip()))
+        if t.returncode != 0:
+            return
+        started = time.monotonic()
+        await ng.start()
+        pids = worker_pids(ng.proc.pid)
+        host = socket.gethostname().lower()
+        want = {f"{host}:{pid}" for pid in pids}
+        while True:
+            hb, _ = fleet_hash(r, FLEET_NAME)
+            if want <= set(hb) or time.monotonic() - started > 5:
+                break
+            await asyncio.sleep(0.05)
+        check(len(pids) == FLEET_WORKERS and want <= set(hb),
+              f"heartbeat hb:<host>:<pid> of each worker ({sorted(want)}) in "
+              f"{{fairq:{FLEET_NAME}}}:served:* within "
+              f"{time.monotonic() - started:.2f} s of start ({sorted(hb)})")
+
+        task = asyncio.create_task(fleet_traffic(ng.port, FLEET_PHASE_S))
+        sums = []
+        for _ in range(2):
+            await asyncio.sleep(FLEET_PHASE_S / 2 - 0.05)
+            sums.append(sum(fleet_hash(r, FLEET_NAME)[1].values()))
+        tally, out = await task
+        await asyncio.sleep(5 * FLEET_PERIOD_MS / 1000)     # the last deltas go out
+        hb, tfields = fleet_hash(r, FLEET_NAME)
+        total = sum(tfields.values())
+        sums.append(total)
+        statuses = collections.Counter(x.status for x in out)
+        admitted = tally.admitted_at_once + tally.admitted_after_wait
+        check(set(statuses) == {200}, f"fleet on: every request served ({dict(statuses)}, "
+                                      f"{tally.admitted_after_wait} after waiting)")
+        check(0 < sums[0] < sums[1] < sums[2],
+              f"fleet served cost grows with traffic ({' -> '.join(map(str, sums))})")
+        per_period = admitted / FLEET_PHASE_S * FLEET_PERIOD_MS / 1000
+        check(abs(total - admitted) <= per_period,
+              f"sum of t: fields {total} == requests the workers admitted {admitted} "
+              f"(difference {total - admitted}, allowed ±{per_period:.0f} = one period)")
+        check(len(tfields) == 2, f"one t: field per tenant ({len(tfields)})")
+        m = await fleet_metrics(ng.port)
+        check(m.get("fairq_nginx_fleet_synced") == 1 and m.get("fairq_nginx_fleet_degraded") == 0
+              and m.get("fairq_nginx_fleet_syncs_total", 0) > 0,
+              f"/metrics: fleet synced, not degraded ({m})")
+        print(f"  fleet: {admitted} admitted over {len(pids)} workers in {FLEET_PHASE_S:.0f} s; "
+              f"Redis t: sum {total} ({len(tfields)} tenants), heartbeats {sorted(hb)}",
+              flush=True)
+    finally:
+        log = ng.stop("fleet on")
+        redis.kill()
+        redis.wait()
+        r.close()
+    check(log.count("fairq fleet \"" + FLEET_NAME + "\": replica") == FLEET_WORKERS,
+          f"error log: each worker started its replica "
+          f"({log.count('fairq fleet')} 'fairq fleet' lines)")
+
+    print("- fleet mode: Redis URL on a dead port", flush=True)
+    dead = free_port()
+    ng = Nginx(args, os.path.join(prefix, "fleet-dead"), upstream_port, 1,
+               fleet_lines(f"redis://127.0.0.1:{dead}/"))
+    try:
+        t = ng.test()
+        check(t.returncode == 0, "nginx -t accepts a Redis URL nobody answers at")
+        if t.returncode != 0:
+            return
+        await ng.start()
+        tally, out = await fleet_traffic(ng.port, FLEET_PHASE_S)
+        statuses = collections.Counter(x.status for x in out)
+        lat = [x.latency for x in out]
+        check(set(statuses) == {200},
+              f"Redis down: every request served ({dict(statuses)}, "
+              f"{tally.admitted_after_wait} after waiting, p99 {pct(lat, 99) * 1000:.0f} ms)")
+        m = await fleet_metrics(ng.port)
+        check(m.get("fairq_nginx_fleet_synced") == 0 and m.get("fairq_nginx_fleet_degraded") == 1
+              and m.get("fairq_nginx_fleet_consecutive_failures", 0) >= 3,
+              f"Redis down: /metrics says never synced, degraded ({m})")
+    finally:
+        ng.stop("Redis down")
+
+
 async def run(args):
     prefix = tempfile.mkdtemp(prefix="fairq-nginx-")
     os.chmod(prefix, 0o755)
@@ -544,7 +803,8 @@ async def run(args):
     with open(conf, "w") as f:
         f.write(NGINX_CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
                                   c=C, tenant_queue=TENANT_QUEUE, upstream_port=upstream_port,
-                                  port=port, short_budget=SHORT_BUDGET_MS))
+                                  port=port, short_budget=SHORT_BUDGET_MS, workers=1,
+                                  fleet=""))
     print(f"prefix {prefix}, nginx on 127.0.0.1:{port}, upstream on 127.0.0.1:{upstream_port} "
           f"(at most {C} at once, {SERVICE_MS} ms ± {SERVICE_SPREAD:.0%} each)", flush=True)
 
@@ -653,6 +913,8 @@ async def run(args):
         print(f"\nMEASURED: B p95 alone {alone:.1f} ms | fairq on {on:.1f} ms "
               f"(x{on / alone:.2f}) | fairq off {off:.1f} ms (x{off / alone:.2f}); "
               f"weights 3:1 -> {g}:{i} = {ratio:.2f}; health p99 {h99:.1f} ms", flush=True)
+
+        await fleet_scenarios(args, prefix, upstream_port)
     finally:
         if nginx is not None:
             nginx.send_signal(signal.SIGQUIT)   # graceful: workers finish, exit_process runs
