@@ -43,7 +43,10 @@ fn c_fleet_suite_passes_against_a_real_redis() {
         "unexpected summary:\n{stdout}"
     );
     // The C side synced through this server: the fleet hash holds its heartbeat.
-    let mut conn = server.client().get_connection().unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("{fairq:c-test}:served:*")
         .query(&mut conn)

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,7 +85,10 @@ fn serve(engine: &Engine, tenant: &str, n: usize, now: u64) {
 }
 
 fn fleet_hash(server: &RedisServer, fleet: &str) -> Vec<(String, String)> {
-    let mut con = server.client().get_connection().unwrap();
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{{fairq:{fleet}}}:served:*"))
         .query(&mut con)
@@ -110,7 +112,11 @@ fn each_sync_is_one_pipeline_and_adds_served_cost_to_the_fleet_hash() {
     let engine = new_engine();
     let pipelines = Arc::new(AtomicU64::new(0));
     let singles = Arc::new(AtomicU64::new(0));
-    let (p, s, client) = (pipelines.clone(), singles.clone(), server.client());
+    let (p, s, client) = (
+        pipelines.clone(),
+        singles.clone(),
+        redis::Client::open(server.url()).unwrap(),
+    );
     let mut fleet =
         Fleet::with_connector(engine.clone(), config(&server, "count", "r1"), move || {
             Ok(Counting {
@@ -288,7 +294,7 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
         assert!(Instant::now() < deadline, "{:?}", thread.status());
         std::thread::sleep(Duration::from_millis(10));
     }
-    signal(&server, "-STOP");
+    server.signal("-STOP");
     // Grants keep flowing while the sync thread waits on a frozen Redis.
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
@@ -298,7 +304,7 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
         slowest = slowest.max(t.elapsed());
     }
     let status = thread.status();
-    signal(&server, "-CONT");
+    server.signal("-CONT");
     // A grant that waited on the sync would wait a whole socket timeout (P/2 = 100 ms); the
     // bound leaves room for the scheduler preempting a debug build on a busy CI machine.
     assert!(
@@ -316,13 +322,4 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
     let stopping = Instant::now();
     thread.stop();
     assert!(stopping.elapsed() < Duration::from_secs(1));
-}
-
-fn signal(server: &RedisServer, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &server.pid().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
 }

@@ -23,8 +23,8 @@ mod oracle;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -56,65 +56,9 @@ const SHIFT_WITHIN_MS: u64 = 1_000;
 
 // ------------------------------------------------------------------------------------ redis
 
-/// A `redis-server` child, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        RedisServer::start_on(port)
-    }
-
-    fn start_on(port: u16) -> RedisServer {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (Debian package redis-server; .ci/run installs it)");
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while try_command(port, &["PING"]).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-
-    fn kill(mut self) -> u16 {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.port
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "../../tests/common/redis_server.rs"]
+mod redis_server;
+use redis_server::RedisServer;
 
 /// One command in RESP over a fresh connection; the reply as text (status, integer or bulk).
 fn try_command(port: u16, args: &[&str]) -> std::io::Result<String> {
@@ -661,15 +605,15 @@ fn outage(server: RedisServer, start_unix_ms: u64, label: String) -> JoinHandle<
         };
         let mut events = Vec::new();
         let t0 = at(FREEZE_MS - 50);
-        let before = b_total(server.port);
+        let before = b_total(server.port());
         events.push((at(FREEZE_MS), "SIGSTOP".to_string()));
         server.signal("-STOP");
         events.push((at(THAW_MS), "SIGCONT".to_string()));
         server.signal("-CONT");
         let t1 = at(KILL_MS - 50);
-        let after = b_total(server.port);
+        let after = b_total(server.port());
         events.push((at(KILL_MS), "SIGKILL".to_string()));
-        let port = server.kill();
+        let port = server.stop();
         events.push((at(RESTART_MS), "restart".to_string()));
         let server = RedisServer::start_on(port);
         events.push((unix_ms() - start_unix_ms, "restarted".to_string()));
@@ -755,7 +699,7 @@ fn fleet_harness() {
     let shared = RedisServer::start();
     let outage_redis = RedisServer::start();
     let outage_url = outage_redis.url();
-    command(shared.port, &["CONFIG", "RESETSTAT"]);
+    command(shared.port(), &["CONFIG", "RESETSTAT"]);
 
     let skewed = [skewed_a_all_b_one(), skewed_90_5_5(), hot_tenant()];
     let (sym, shifted, frozen) = (symmetric(), shift(), skewed_a_all_b_one());
@@ -788,7 +732,7 @@ fn fleet_harness() {
         .collect();
     let outage_log = events.join().unwrap();
     let events = &outage_log.events;
-    let calls = command_calls(shared.port);
+    let calls = command_calls(shared.port());
     let run = |label: &str| &runs[label];
 
     let mut v = Verdicts::default();
@@ -1153,9 +1097,9 @@ fn grant_path_functions_send_nothing_to_redis() {
     }
     let fleet = thread.stop(); // keeps its connection
     assert_eq!(fleet.status().consecutive_failures, 0);
-    let mut before = command_calls(server.port);
+    let mut before = command_calls(server.port());
     cycle(20_000);
-    let mut after = command_calls(server.port);
+    let mut after = command_calls(server.port());
     // INFO counts itself only after it ran: the harness's own reads are left out.
     before.remove("info");
     after.remove("info");

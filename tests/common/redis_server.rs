@@ -1,8 +1,9 @@
 //! A real `redis-server` for the fleet tests (Debian package `redis-server`): started on
-//! 127.0.0.1 at a free port without persistence, killed on drop. Feature `fleet` only (it uses
-//! the `redis` crate to wait until the server answers).
+//! 127.0.0.1 at a free port without persistence, killed on drop. No Redis client needed, so the
+//! `fairq-cli` fleet harness includes this file too (`#[path]`).
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ impl RedisServer {
             .expect("redis-server on PATH (Debian package redis-server; .ci/run installs it)");
         let server = RedisServer { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.client().get_connection().is_err() {
+        while !answers_ping(port) {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -46,14 +47,19 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// The server's process id (to signal it).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
-    /// A client for it.
-    pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).unwrap()
+    /// Sends it a signal (`-STOP`, `-CONT`) with `kill`.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
     }
 
     /// Kills it; returns its port, which is then dead.
@@ -69,4 +75,16 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Whether a server on `port` answers `PING` with `+PONG`.
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut reply = [0u8; 7];
+    s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
+        && s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
+        && s.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
 }
