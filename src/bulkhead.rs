@@ -82,22 +82,7 @@ impl Bulkheads {
     /// Takes a permit of pool `d`, if it has room.
     fn try_acquire(&self, d: usize) -> bool {
         let pool = &self.pools[d];
-        // Relaxed: like the global permit, the count guards a number, not data.
-        let mut current = pool.in_flight.load(Ordering::Relaxed);
-        loop {
-            if current >= pool.max {
-                return false;
-            }
-            match pool.in_flight.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => current = seen,
-            }
-        }
+        crate::sync::try_increment_below(&pool.in_flight, pool.max)
     }
 
     /// Gives a permit of pool `d` back; returns a blocked tenant to re-place, if any.

@@ -536,36 +536,21 @@ impl Engine {
 
     fn acquire_permit(&self) -> bool {
         let max = u64::from(self.config.max_in_flight);
-        let mut current = self.in_flight.load(Ordering::Relaxed);
         #[cfg(fairq_broken)]
         if crate::broken::on(crate::broken::Break::Permit) {
             // Broken on purpose: check, then store; two callers can both pass the check.
+            let current = self.in_flight.load(Ordering::Relaxed);
             if current >= max {
                 return false;
             }
             self.in_flight.store(current + 1, Ordering::Relaxed);
             return true;
         }
-        loop {
-            if current >= max {
-                return false;
-            }
-            // Relaxed: the count guards a number, not data; the ticket CAS orders the grant's
-            // data. The CAS makes check-and-increment one step, so the bound is never passed.
-            match self.in_flight.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => current = seen,
-            }
-        }
+        crate::sync::try_increment_below(&self.in_flight, max)
     }
 
     fn release_permit(&self) {
-        // Relaxed: see `acquire_permit`.
+        // Relaxed: see `sync::try_increment_below`.
         let before = self.in_flight.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "in-flight count below zero");
     }

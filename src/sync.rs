@@ -122,6 +122,27 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// Adds 1 to `counter` unless it is already at `max`: one CAS makes check-and-increment a single
+/// step, so the bound is never passed. Relaxed: a permit count guards a number, not data (the
+/// ticket CAS orders a grant's data).
+pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
+    let mut current = counter.load(Ordering::Relaxed);
+    loop {
+        if current >= max {
+            return false;
+        }
+        match counter.compare_exchange_weak(
+            current,
+            current + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return true,
+            Err(seen) => current = seen,
+        }
+    }
+}
+
 /// Asks the CPU to start loading the cache lines of `len` bytes at `ptr`: a hint with no effect
 /// on the program's meaning (a no-op off x86-64 and under loom). The crate's one `unsafe`
 /// outside the C ABI: the intrinsic takes a raw pointer.
