@@ -172,17 +172,36 @@ fn print_json(rows: &[Row]) {
     println!("{{\"results\": [\n{}\n]}}", entries.join(",\n"));
 }
 
-fn print_table(rows: &[Row], options: &Options) {
+/// One printed row: threads, tenants, ns per cycle of fairq, floor, mutex_swrr and firq_core
+/// (`None` where that impl was not run), and the ratios fairq/floor, mutex_swrr/fairq and
+/// firq_core/fairq as text.
+type TableRow = (usize, usize, [Option<f64>; 4], [String; 3]);
+
+/// The rows of both tables, per (threads, tenants) in the options' order.
+fn table_rows(rows: &[Row], options: &Options) -> Vec<TableRow> {
     let get = |name: &str, tenants: usize, threads: usize| {
         rows.iter()
             .find(|r| r.name == name && r.tenants == tenants && r.threads == threads)
             .map(|r| r.ns_per_cycle)
     };
-    let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.2}", a / b),
         _ => "-".to_string(),
     };
+    let mut out = Vec::new();
+    for &threads in &options.threads {
+        for &tenants in &options.tenants {
+            let [fairq, floor, mutex, firq] =
+                ["fairq", "floor", "mutex_swrr", "firq_core"].map(|n| get(n, tenants, threads));
+            let ratios = [ratio(fairq, floor), ratio(mutex, fairq), ratio(firq, fairq)];
+            out.push((threads, tenants, [fairq, floor, mutex, firq], ratios));
+        }
+    }
+    out
+}
+
+fn print_table(rows: &[Row], options: &Options) {
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     println!(
         "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
         "threads",
@@ -199,61 +218,37 @@ fn print_table(rows: &[Row], options: &Options) {
         "{:>7} {:>7} | ns per cycle (aggregate over threads)",
         "", ""
     );
-    for &threads in &options.threads {
-        for &tenants in &options.tenants {
-            let fairq = get("fairq", tenants, threads);
-            let floor = get("floor", tenants, threads);
-            let mutex = get("mutex_swrr", tenants, threads);
-            let firq = get("firq_core", tenants, threads);
-            println!(
-                "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
-                threads,
-                tenants,
-                cell(fairq),
-                cell(floor),
-                cell(mutex),
-                cell(firq),
-                ratio(fairq, floor),
-                ratio(mutex, fairq),
-                ratio(firq, fairq)
-            );
-        }
+    for (threads, tenants, [fairq, floor, mutex, firq], [r1, r2, r3]) in table_rows(rows, options) {
+        println!(
+            "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
+            threads,
+            tenants,
+            cell(fairq),
+            cell(floor),
+            cell(mutex),
+            cell(firq),
+            r1,
+            r2,
+            r3
+        );
     }
 }
 
 /// Aggregate millions of cycles per second, one row per (tenants, threads), plus the ratios.
 fn print_markdown(rows: &[Row], options: &Options) {
-    let get = |name: &str, tenants: usize, threads: usize| {
-        rows.iter()
-            .find(|r| r.name == name && r.tenants == tenants && r.threads == threads)
-            .map(|r| r.ns_per_cycle)
-    };
     let rate = |v: Option<f64>| v.map_or("-".to_string(), |ns| format!("{:.2}", 1e3 / ns));
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) => format!("{:.2}", a / b),
-        _ => "-".to_string(),
-    };
     println!(
         "| threads | tenants | fairq Mcyc/s | floor Mcyc/s | mutex_swrr Mcyc/s | firq_core Mcyc/s \
          | fairq/floor (ns) | mutex_swrr/fairq | firq_core/fairq |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &threads in &options.threads {
-        for &tenants in &options.tenants {
-            let fairq = get("fairq", tenants, threads);
-            let floor = get("floor", tenants, threads);
-            let mutex = get("mutex_swrr", tenants, threads);
-            let firq = get("firq_core", tenants, threads);
-            println!(
-                "| {threads} | {tenants} | {} | {} | {} | {} | {} | {} | {} |",
-                rate(fairq),
-                rate(floor),
-                rate(mutex),
-                rate(firq),
-                ratio(fairq, floor),
-                ratio(mutex, fairq),
-                ratio(firq, fairq)
-            );
-        }
+    for (threads, tenants, [fairq, floor, mutex, firq], [r1, r2, r3]) in table_rows(rows, options) {
+        println!(
+            "| {threads} | {tenants} | {} | {} | {} | {} | {r1} | {r2} | {r3} |",
+            rate(fairq),
+            rate(floor),
+            rate(mutex),
+            rate(firq),
+        );
     }
 }
