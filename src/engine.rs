@@ -735,8 +735,6 @@ impl Engine {
         // Relaxed load + store, not `fetch_add`: like `last_grant`, these counters are written
         // only by the turn holder (and by a thief holding the slot exclusively); the turn's
         // hand-off (ring push Release / pop Acquire) orders one holder's writes before the next.
-        let granted = slot.granted.load(Ordering::Relaxed);
-        slot.granted.store(granted + 1, Ordering::Relaxed);
         let granted_cost = slot.granted_cost.load(Ordering::Relaxed);
         slot.granted_cost
             .store(granted_cost + u64::from(cost), Ordering::Relaxed);
@@ -1119,7 +1117,7 @@ impl Engine {
         let t = self.tenants.pin_existing(key.get())?;
         let slot = self.tenants.slot(t);
         let out = (
-            slot.granted.load(Ordering::Relaxed),
+            slot.granted(),
             slot.granted_cost.load(Ordering::Relaxed),
         );
         self.tenants.release(t, LIVE_ONE, 0);

@@ -552,7 +552,7 @@ impl Engine {
             requests,
             refused,
             refusal_rate: (requests > 0).then(|| refused as f64 / requests as f64),
-            granted: slot.granted.load(Ordering::Relaxed),
+            granted: slot.granted(),
             granted_cost,
             expected_cost,
             fair_share_ratio: (expected_cost >= 1.0).then(|| granted_cost as f64 / expected_cost),

@@ -76,8 +76,9 @@ pub(crate) struct TenantSlot {
     /// grants (ns), for the estimated wait.
     pub(crate) last_grant: AtomicU64,
     pub(crate) interval: AtomicU64,
-    /// Grants made to this tenant since it took the slot.
-    pub(crate) granted: AtomicU64,
+    /// `grants_total` when this tenant took the slot: its own grants are the difference
+    /// (`TenantSlot::granted`). Written only by the claimer.
+    pub(crate) grants_base: AtomicU64,
     /// Cost units granted to this tenant since it took the slot.
     pub(crate) granted_cost: AtomicU64,
     /// Owned by the turn holder, never reset: grants made in this slot, all tenants. The
@@ -101,6 +102,13 @@ pub(crate) struct TenantSlot {
 }
 
 impl TenantSlot {
+    /// Grants made to the current tenant since it took the slot.
+    pub(crate) fn granted(&self) -> u64 {
+        // Relaxed: a snapshot of statistics.
+        let total = self.grants_total.load(Ordering::Relaxed);
+        total.saturating_sub(self.grants_base.load(Ordering::Relaxed))
+    }
+
     fn new(queue_capacity: usize) -> TenantSlot {
         TenantSlot {
             key: AtomicU64::new(0),
@@ -117,7 +125,7 @@ impl TenantSlot {
             debt: AtomicI64::new(0),
             last_grant: AtomicU64::new(0),
             interval: AtomicU64::new(0),
-            granted: AtomicU64::new(0),
+            grants_base: AtomicU64::new(0),
             granted_cost: AtomicU64::new(0),
             grants_total: AtomicU64::new(0),
             wait_sum_total: AtomicU64::new(0),
@@ -378,7 +386,8 @@ impl TenantTable {
         slot.factor.store(FULL_FACTOR, Ordering::Relaxed);
         slot.last_grant.store(now, Ordering::Relaxed);
         slot.interval.store(0, Ordering::Relaxed);
-        slot.granted.store(0, Ordering::Relaxed);
+        slot.grants_base
+            .store(slot.grants_total.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
         slot.fair.reset();
         init(slot);
