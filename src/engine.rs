@@ -1116,10 +1116,7 @@ impl Engine {
     pub fn tenant_granted(&self, key: TenantKey) -> Option<(u64, u64)> {
         let t = self.tenants.pin_existing(key.get())?;
         let slot = self.tenants.slot(t);
-        let out = (
-            slot.granted(),
-            slot.granted_cost.load(Ordering::Relaxed),
-        );
+        let out = (slot.granted(), slot.granted_cost.load(Ordering::Relaxed));
         self.tenants.release(t, LIVE_ONE, 0);
         Some(out)
     }
