@@ -22,9 +22,18 @@ if [ ${#tests[@]} -eq 0 ]; then tests=(--tests); fi
 
 echo "== loom models (LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS)"
 started=$SECONDS
-RUSTFLAGS="--cfg loom -C debug-assertions=on" \
-    cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom "${tests[@]}" \
-    -- --nocapture --test-threads=1 2>&1 | tee target/loom-models.log | grep -v '^$'
+# The engine-level models (loom-tests/tests), then the models that sit beside the primitives
+# they prove (`loom_models` modules inside the crate), unless one model file was named.
+{
+    RUSTFLAGS="--cfg loom -C debug-assertions=on" \
+        cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom \
+        "${tests[@]}" -- --nocapture --test-threads=1
+    if [ $# -eq 0 ]; then
+        RUSTFLAGS="--cfg loom -C debug-assertions=on" \
+            cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom \
+            loom_models -- --nocapture --test-threads=1
+    fi
+} 2>&1 | tee target/loom-models.log | grep -v '^$'
 echo "loom models: $((SECONDS - started)) s"
 
 if [ "${FAIRQ_LOOM_BROKEN:-1}" = 0 ]; then
@@ -35,9 +44,16 @@ fi
 # to panic (`#[should_panic]`): proof that the model can fail.
 echo "== broken variants (each must be caught)"
 started=$SECONDS
-RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
-    cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom-broken "${tests[@]}" \
-    -- --nocapture --test-threads=1 broken_ 2>&1 | tee target/loom-broken.log |
+{
+    RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
+        cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom-broken \
+        "${tests[@]}" -- --nocapture --test-threads=1 broken_
+    if [ $# -eq 0 ]; then
+        RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
+            cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom-broken \
+            broken_ -- --nocapture --test-threads=1
+    fi
+} 2>&1 | tee target/loom-broken.log |
     grep -E '^(test |thread .* panicked|[a-z].*(failed|lost|broken|below zero)|test result|error)' || true
 # grep above only trims the output; the verdict is cargo's exit status, re-read from the log.
 if grep -qE '^test result: FAILED|^error' target/loom-broken.log; then

@@ -26,6 +26,12 @@ pub enum Break {
     FreeList,
     /// A batch of picks stores its credits instead of adding its net change.
     Batch,
+    /// The epoch that drops a batch is bumped and read Relaxed, as a mere hint.
+    Epoch,
+    /// A requeue whose push failed reports the request refused although a cancel ended it.
+    Requeue,
+    /// A ring compaction runs without taking the consumer side.
+    Compact,
 }
 
 thread_local! {

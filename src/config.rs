@@ -165,7 +165,8 @@ impl Config {
     /// Bytes the fixed tables take: tenant slots and queues, class rings, bulkhead rings, tickets.
     pub fn table_bytes(&self) -> u64 {
         let tenants = crate::tenant::slot_count(self.max_tenants as usize) as u64;
-        let per_tenant = 640 + 16 * u64::from(self.tenant_queue_capacity);
+        let ring = crate::tenant::ring_capacity(self.tenant_queue_capacity as usize) as u64;
+        let per_tenant = 640 + 16 * ring;
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
         let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
         let pools = self.downstream_max_in_flight.len() as u64 * (256 + 16 * tenants);

@@ -15,6 +15,7 @@
 
 use crate::config::{Config, ConfigError, MAX_COST, MAX_WEIGHT};
 use crate::identity::TenantKey;
+use crate::ring::Next;
 use crate::sched::{ClassWeights, Classes, Wheel, CLASS_LIMIT};
 use crate::sync::{AtomicBool, AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
 use crate::tenant::{TenantTable, FULL_FACTOR, LIVE_ONE, QUEUED_MASK, QUEUED_ONE};
@@ -38,6 +39,8 @@ const ENQUEUE_PINS: u64 = 2;
 const CLOCK_STEP: u64 = MS;
 /// Counter shards: spread by ticket index, so threads rarely share a counter line.
 const SHARDS: usize = 8;
+/// Push attempts into a tenant's ring, each after a compaction, before a request is refused.
+const PUSH_ATTEMPTS: usize = 16;
 
 #[derive(Default)]
 struct Counters {
@@ -71,6 +74,17 @@ pub struct FleetTenant {
     pub served_cost: u64,
     /// Requests it has queued here now.
     pub queued: u64,
+}
+
+/// What became of a ticket `push_queued` published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pushed {
+    /// In its tenant's queue.
+    Queued,
+    /// Not pushed: it ended here, refused.
+    Refused,
+    /// Not pushed, but a cancel ended it first: it counts as queued, then cancelled.
+    Cancelled,
 }
 
 /// What serving one held tenant produced.
@@ -270,7 +284,7 @@ impl Engine {
                 .store(estimated_wait_ns, Ordering::Relaxed);
         }
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
-        if !self.push_queued(t, ticket, now, true) {
+        if self.push_queued(t, ticket, now, true) == Pushed::Refused {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             slot.fair.on_refused_on_arrival();
             let counters = self.shard(spread);
@@ -307,31 +321,25 @@ impl Engine {
     }
 
     /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
+    /// Each bound is taken with one CAS, so neither count ever reads above its bound.
     fn reserve(&self, t: u32, _now: u64) -> Result<u32, Refusal> {
         let slot = self.tenants.slot(t);
-        // Relaxed: a bound counter; the entry itself is published by the queue push.
-        let ahead = slot.depth.fetch_add(1, Ordering::Relaxed);
-        let position = ahead.saturating_add(1);
-        if ahead >= self.config.tenant_queue_capacity {
-            slot.depth.fetch_sub(1, Ordering::Relaxed);
-            return Err(Refusal {
-                reason: Reason::TenantQueueFull,
-                position,
-                waited_ns: 0,
-            });
-        }
-        if self.queued.count.fetch_add(1, Ordering::Relaxed)
-            >= u64::from(self.config.queue_capacity)
+        let refusal = |reason, ahead: u32| Refusal {
+            reason,
+            position: ahead.saturating_add(1),
+            waited_ns: 0,
+        };
+        let ahead =
+            crate::sync::increment_below_u32(&slot.depth, self.config.tenant_queue_capacity)
+                .map_err(|ahead| refusal(Reason::TenantQueueFull, ahead))?;
+        if crate::sync::increment_below(&self.queued.count, u64::from(self.config.queue_capacity))
+            .is_err()
         {
-            self.queued.count.fetch_sub(1, Ordering::Relaxed);
+            // Relaxed: a bound counter (see `increment_below`).
             slot.depth.fetch_sub(1, Ordering::Relaxed);
-            return Err(Refusal {
-                reason: Reason::QueueFull,
-                position,
-                waited_ns: 0,
-            });
+            return Err(refusal(Reason::QueueFull, ahead));
         }
-        Ok(position)
+        Ok(ahead + 1)
     }
 
     fn unreserve(&self, t: u32) {
@@ -345,10 +353,12 @@ impl Engine {
     }
 
     /// Publishes a reserved ticket into tenant `t`'s queue and announces it, activating the
-    /// tenant if it was idle. On failure (the queue is physically full of cancelled entries not
-    /// yet swept) the ticket ends and every reservation is released. `pinned`: the caller already
-    /// holds the extra pin described below (`enqueue` takes it with its own).
-    fn push_queued(&self, t: u32, ticket: Ticket, now: u64, pinned: bool) -> bool {
+    /// tenant if it was idle. If it cannot be pushed (see `push_entry`) the ticket ends here and
+    /// every reservation is released (`Pushed::Refused`), unless a cancel ended it first
+    /// (`Pushed::Cancelled`: the request was queued, then cancelled, and ended once, there).
+    /// `pinned`: the caller already holds the extra pin described below (`enqueue` takes it with
+    /// its own).
+    fn push_queued(&self, t: u32, ticket: Ticket, now: u64, pinned: bool) -> Pushed {
         let slot = self.tenants.slot(t);
         // An extra pin for the window between publishing the ticket and announcing its entry: a
         // cancel may end the ticket as soon as it is published and drop the ticket's own LIVE
@@ -360,14 +370,25 @@ impl Engine {
             slot.counts.fetch_add(LIVE_ONE, Ordering::Relaxed);
         }
         self.tickets.publish(ticket);
-        if slot.queue.push(ticket.0).is_err() {
-            // A forged handle may have cancelled it already; then the canceller released all.
-            if self.tickets.end(ticket, QUEUED) {
+        if !self.push_entry(t, ticket) {
+            // Only when producers that have not finished writing hold the free entries. A cancel
+            // may have ended the ticket since `publish` (then the canceller released it all and
+            // the request ended there, once).
+            let ours = self.tickets.end(ticket, QUEUED);
+            if ours {
                 self.unreserve(t);
                 self.tenants.release(t, LIVE_ONE, now);
             }
             self.tenants.release(t, LIVE_ONE, now); // the extra pin
-            return false;
+            #[cfg(fairq_broken)]
+            if crate::broken::on(crate::broken::Break::Requeue) {
+                return Pushed::Refused; // Broken on purpose: refused even if a cancel ended it.
+            }
+            return if ours {
+                Pushed::Refused
+            } else {
+                Pushed::Cancelled
+            };
         }
         // Announces the entry and drops the extra pin in one RMW. AcqRel: Release makes the push
         // visible to the holder that sees this count; Acquire takes over the previous holder's
@@ -378,20 +399,43 @@ impl Engine {
         if before & QUEUED_MASK == 0 {
             self.activate(t, now);
         }
-        true
+        Pushed::Queued
+    }
+
+    /// Pushes a published ticket's handle into tenant `t`'s ring. A full ring holds dead entries
+    /// (the reservation says a live place is free): compact it and try again.
+    fn push_entry(&self, t: u32, ticket: Ticket) -> bool {
+        let queue = &self.tenants.slot(t).queue;
+        let backoff = Backoff::new();
+        for _ in 0..PUSH_ATTEMPTS {
+            if queue.push(ticket.0).is_ok() {
+                return true;
+            }
+            if queue.compact(|handle| self.tickets.lookup(Ticket(handle)) != Lookup::Live(QUEUED))
+                == 0
+            {
+                // Another consumer holds the ring, or producers are mid-write: let them finish.
+                backoff.snooze();
+            }
+        }
+        false
     }
 
     /// The caller raised `queued` from 0 and so holds the tenant's turn: stage the head, place it.
     fn activate(&self, t: u32, now: u64) {
         let slot = self.tenants.slot(t);
-        match slot.queue.pop() {
-            Some(head) => {
+        let staged = match slot.queue.take_next() {
+            Next::Handle(head) => {
                 slot.staged.store(head, Ordering::Relaxed);
-                slot.credit.store(0, Ordering::Relaxed);
-                slot.last_grant.store(now, Ordering::Relaxed);
-                self.place(t, None, false, now);
+                true
             }
-            None => debug_assert!(false, "announced entries are in the queue"),
+            // Our own entry was dead and swept (a forged cancel): account it, take the next.
+            Next::Swept => self.next_head(t, now),
+        };
+        if staged {
+            slot.credit.store(0, Ordering::Relaxed);
+            slot.last_grant.store(now, Ordering::Relaxed);
+            self.place(t, None, false, now);
         }
     }
 
@@ -678,6 +722,8 @@ impl Engine {
             // The scheduling, counter and fairness lines plus the wait buckets, and the queue.
             crate::sync::prefetch(next_slot, 4 * 64);
             crate::sync::prefetch(&next_slot.queue, std::mem::size_of_val(&next_slot.queue));
+            let (ring, bytes) = next_slot.queue.storage();
+            crate::sync::prefetch(ring, bytes.min(128));
             self.tickets
                 .prefetch(slot.succ_head.load(Ordering::Relaxed));
         }
@@ -686,19 +732,19 @@ impl Engine {
     /// The holder is done with the staged head: stage the next one if any. Returns false when the
     /// tenant went idle (its turn is given up).
     fn next_head(&self, t: u32, now: u64) -> bool {
-        let before = self.tenants.release(t, QUEUED_ONE, now);
-        if before & QUEUED_MASK <= 1 {
-            return false;
-        }
         let slot = self.tenants.slot(t);
-        match slot.queue.pop() {
-            Some(head) => {
-                slot.staged.store(head, Ordering::Relaxed);
-                true
+        loop {
+            let before = self.tenants.release(t, QUEUED_ONE, now);
+            if before & QUEUED_MASK <= 1 {
+                return false;
             }
-            None => {
-                debug_assert!(false, "announced entries are in the queue");
-                false
+            match slot.queue.take_next() {
+                Next::Handle(head) => {
+                    slot.staged.store(head, Ordering::Relaxed);
+                    return true;
+                }
+                // A dead entry a compaction removed: it is accounted like a popped one.
+                Next::Swept => continue,
             }
         }
     }
@@ -863,7 +909,7 @@ impl Engine {
         cell.position.store(position, Ordering::Relaxed);
         cell.estimated_wait
             .store(estimated_wait_ns, Ordering::Relaxed);
-        if !self.push_queued(t, ticket, now, false) {
+        if self.push_queued(t, ticket, now, false) == Pushed::Refused {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             self.on_refused_after_wait(t, waited_ns, Some(spread), false);
             let counters = self.shard(spread);

@@ -39,6 +39,7 @@ mod identity;
 mod indicators;
 mod metrics;
 mod policy;
+mod ring;
 mod sched;
 mod sync;
 mod tenant;
@@ -56,6 +57,9 @@ pub use policy::{
     FeedbackController, Policy, StarvationGuard, TickReport, Tier, WaitBoost, MAX_TIERS,
     MAX_TIER_NAME,
 };
+#[cfg(loom)]
+#[doc(hidden)]
+pub use ring::set_full_rings;
 #[cfg(loom)]
 #[doc(hidden)]
 pub use sched::with_batched_picks;

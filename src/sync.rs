@@ -123,13 +123,14 @@ mod imp {
 pub(crate) use imp::*;
 
 /// Adds 1 to `counter` unless it is already at `max`: one CAS makes check-and-increment a single
-/// step, so the bound is never passed. Relaxed: a permit count guards a number, not data (the
-/// ticket CAS orders a grant's data).
-pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
+/// step, so the bound is never passed (not even for a moment, as an add-then-undo would be).
+/// Returns the value before (`Ok`) or the value at the bound (`Err`). Relaxed: a bound counter
+/// guards a number, not data (the ticket CAS and queue pushes order a request's data).
+pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64> {
     let mut current = counter.load(Ordering::Relaxed);
     loop {
         if current >= max {
-            return false;
+            return Err(current);
         }
         match counter.compare_exchange_weak(
             current,
@@ -137,10 +138,35 @@ pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
             Ordering::Relaxed,
             Ordering::Relaxed,
         ) {
-            Ok(_) => return true,
+            Ok(_) => return Ok(current),
             Err(seen) => current = seen,
         }
     }
+}
+
+/// [`increment_below`] for a 32-bit counter.
+pub(crate) fn increment_below_u32(counter: &AtomicU32, max: u32) -> Result<u32, u32> {
+    let mut current = counter.load(Ordering::Relaxed);
+    loop {
+        if current >= max {
+            return Err(current);
+        }
+        // Relaxed: as `increment_below`.
+        match counter.compare_exchange_weak(
+            current,
+            current + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Ok(current),
+            Err(seen) => current = seen,
+        }
+    }
+}
+
+/// Whether `counter` was below `max` and is now one more ([`increment_below`]).
+pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
+    increment_below(counter, max).is_ok()
 }
 
 /// Asks the CPU to start loading the cache lines of `len` bytes at `ptr`: a hint with no effect

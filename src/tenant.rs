@@ -23,7 +23,8 @@
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
 //! holds its own key, never one that now belongs to someone else.
 
-use crate::sync::{ArrayQueue, AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
+use crate::ring::TenantQueue;
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
 
 pub(crate) const QUEUED_ONE: u64 = 1;
 pub(crate) const QUEUED_MASK: u64 = 0xFFFF_FFFF;
@@ -97,8 +98,8 @@ pub(crate) struct TenantSlot {
     pub(crate) fair: crate::indicators::TenantFairness,
     /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
     pub(crate) last_active: AtomicU64,
-    /// Handles of queued tickets, in arrival order.
-    pub(crate) queue: ArrayQueue<u64>,
+    /// Handles of queued tickets, in arrival order, cancelled ones too until swept.
+    pub(crate) queue: TenantQueue,
 }
 
 impl TenantSlot {
@@ -133,9 +134,15 @@ impl TenantSlot {
             succ_head: AtomicU32::new(NIL),
             fair: crate::indicators::TenantFairness::new(),
             last_active: AtomicU64::new(0),
-            queue: ArrayQueue::new(queue_capacity),
+            queue: TenantQueue::new(ring_capacity(queue_capacity)),
         }
     }
+}
+
+/// Entries in a tenant's ring for a queue bound of `capacity` live requests: half as many again
+/// for cancelled entries, so a compaction (when the ring is full) frees at least that many.
+pub(crate) fn ring_capacity(capacity: usize) -> usize {
+    capacity + capacity / 2 + 1
 }
 
 /// Physical slots for a table of `capacity` tenants: a quarter more, for short probe chains.

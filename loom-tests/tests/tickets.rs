@@ -121,22 +121,27 @@ fn grant_vs_cancel_model() {
     assert_ended_once(&engine, ended.load(Ordering::SeqCst), ticket);
 }
 
-fn requeue_vs_cancel_model() {
+fn requeue_vs_cancel_model(push_fails: bool) {
     let engine = Arc::new(Engine::new(config()).unwrap());
     let ticket = enqueue(&engine, &request(tenant_a()), 0);
     let NextGrant::Granted(g) = engine.next_grant_at(0) else {
         panic!("no grant")
     };
     let ended = Arc::new(AtomicUsize::new(0));
+    fairq::set_full_rings(push_fails);
 
-    // Still refused: back into the queue (through REQUEUING), or refused if a cancel won.
+    // Still refused: back into the queue (through REQUEUING), or refused if the push fails (see
+    // `requeue_with_a_failing_push_races_cancel`), unless a cancel ended it first.
     let completer = {
-        let engine = Arc::clone(&engine);
+        let (engine, ended) = (Arc::clone(&engine), Arc::clone(&ended));
         thread::spawn(move || {
             let retry = Outcome::StillRefused { retry_after_ns: 0 };
             match engine.complete_at(g.ticket, retry, None, 1) {
                 Ok(Completion::Requeued { .. }) => {}
-                Ok(other) => panic!("requeue failed: {other:?}"),
+                Ok(Completion::Refused(_)) => {
+                    ended.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(other) => panic!("requeue: {other:?}"),
                 Err(Error::StaleTicket) => {} // the cancel ended it first
                 Err(e) => panic!("complete failed: {e}"),
             }
@@ -144,6 +149,7 @@ fn requeue_vs_cancel_model() {
     };
     ended.fetch_add(cancel(&engine, ticket, 1), Ordering::SeqCst);
     completer.join().unwrap();
+    fairq::set_full_rings(false);
     let ended = ended.load(Ordering::SeqCst) + drain(&engine, 2);
     assert_ended_once(&engine, ended, ticket);
 }
@@ -184,7 +190,19 @@ fn grant_races_cancel() {
 
 #[test]
 fn requeue_races_cancel() {
-    check("tickets::requeue_vs_cancel", requeue_vs_cancel_model);
+    check("tickets::requeue_vs_cancel", || {
+        requeue_vs_cancel_model(false)
+    });
+}
+
+/// The same race when the ring push fails (rings held full by unfinished producers): the
+/// requeue ends the request refused, unless the cancel, which can land as soon as the ticket is
+/// published for the push, ended it first; then `complete` reports it requeued (then cancelled).
+#[test]
+fn requeue_with_a_failing_push_races_cancel() {
+    check("tickets::requeue_vs_cancel_push_fails", || {
+        requeue_vs_cancel_model(true)
+    });
 }
 
 #[test]
@@ -200,5 +218,19 @@ fn broken_ticket_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Ticket, || {
         check("tickets::grant_vs_cancel [broken]", grant_vs_cancel_model)
+    });
+}
+
+/// A requeue whose push failed reports the request refused even when a cancel ended it: two
+/// ends for one request.
+#[cfg(fairq_broken)]
+#[test]
+#[should_panic(expected = "the ticket ended 2 times")]
+fn broken_requeue_is_caught() {
+    use fairq::broken::{with, Break};
+    with(Break::Requeue, || {
+        check("tickets::requeue_vs_cancel_push_fails [broken]", || {
+            requeue_vs_cancel_model(true)
+        })
     });
 }

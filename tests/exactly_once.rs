@@ -1,0 +1,242 @@
+//! Every ticket ends exactly once, and the bounds count live requests only.
+//!
+//! Regressions of races and bookkeeping an outside suite found: a requeue racing a cancel ended
+//! one request twice, cancelled entries kept their places in a tenant's queue (and in the global
+//! bound), and a gauge read above its bound while a reservation was undone.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use fairq::{Completion, Config, Enqueued, Error, NextGrant, Outcome, Reason};
+
+fn small(tenant_queue_capacity: u32, queue_capacity: u32, max_in_flight: u32) -> fairq::Engine {
+    engine(Config {
+        max_tenants: 8,
+        tenant_queue_capacity,
+        queue_capacity,
+        max_in_flight,
+        tenant_idle_ms: 0,
+        ..Config::default()
+    })
+}
+
+/// A tenant with fewer live requests than its bound can always enqueue and requeue, however
+/// many of its requests were cancelled before (while nobody served it: the permit is held).
+#[test]
+fn cancelled_entries_free_their_places_in_the_tenant_bound() {
+    let engine = small(2, 64, 1);
+    let a1 = queued(&engine, &request("a"), 0);
+    let g = granted(&engine, 0);
+    assert_eq!(g.ticket, a1);
+    // The only permit is out: nobody serves tenant a. Cancel many of its requests.
+    for round in 0..1_000 {
+        let t = queued(&engine, &request("a"), 1);
+        engine.cancel_at(t, 1).unwrap();
+        assert_eq!(engine.stats().queued, 0, "round {round}");
+    }
+    // No live request is queued: one more fits, at position 1 ...
+    match engine.enqueue_at(&request("a"), 2).unwrap() {
+        Enqueued::Queued { position, .. } => assert_eq!(position, 1),
+        other => panic!("a tenant with no live queued request was refused: {other:?}"),
+    }
+    // ... and the grant can go back into the queue (1 live + 1 requeued = 2, the bound).
+    match engine.complete_at(a1, Outcome::StillRefused { retry_after_ns: 0 }, None, 3) {
+        Ok(Completion::Requeued { position, .. }) => assert_eq!(position, 2),
+        other => panic!("a requeue within the bound was refused: {other:?}"),
+    }
+    // Now the bound is reached by live requests: the next one is refused, at position 3.
+    match engine.enqueue_at(&request("a"), 4).unwrap() {
+        Enqueued::Refused(r) => {
+            assert_eq!((r.reason, r.position), (Reason::TenantQueueFull, 3))
+        }
+        other => panic!("over the bound: {other:?}"),
+    }
+    // Everything drains, in order, and every ticket ends once.
+    let mut ends = 0;
+    while let NextGrant::Granted(g) = engine.next_grant_at(5) {
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 5)
+            .unwrap();
+        ends += 1;
+    }
+    assert_eq!(ends, 2);
+    let s = engine.stats();
+    assert_eq!(s.ended(), s.enqueued, "{s:?}");
+    assert_eq!((s.queued, s.in_flight), (0, 0));
+}
+
+/// The same with cancels interleaved between live requests (tombstones behind live entries),
+/// over several tenants and the global bound.
+#[test]
+fn cancelled_entries_free_their_places_in_the_global_bound() {
+    let engine = small(4, 4, 1);
+    let held = queued(&engine, &request("x"), 0);
+    assert_eq!(granted(&engine, 0).ticket, held);
+    let mut live = Vec::new();
+    for round in 0..500u64 {
+        // Keep 3 live requests over tenants a, b; cancel one of them and enqueue another.
+        while live.len() < 3 {
+            let tenant = ["a", "b"][(round as usize + live.len()) % 2];
+            live.push(queued(&engine, &request(tenant), round));
+        }
+        let victim = live.remove((round % 3) as usize);
+        engine.cancel_at(victim, round).unwrap();
+        assert!(engine.stats().queued <= 4);
+    }
+    // 2 live now: two more fit the global bound of 4, the third is refused queue_full.
+    queued(&engine, &request("a"), 600);
+    queued(&engine, &request("b"), 600);
+    match engine.enqueue_at(&request("c"), 600).unwrap() {
+        Enqueued::Refused(r) => assert_eq!(r.reason, Reason::QueueFull),
+        other => panic!("over the global bound: {other:?}"),
+    }
+    engine
+        .complete_at(held, Outcome::Admitted, None, 601)
+        .unwrap();
+    let mut grants = 0;
+    while let NextGrant::Granted(g) = engine.next_grant_at(602) {
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 602)
+            .unwrap();
+        grants += 1;
+    }
+    assert_eq!(grants, 4);
+    let s = engine.stats();
+    assert_eq!(s.ended(), s.enqueued, "{s:?}");
+}
+
+/// `complete(still refused)` racing `cancel` on the same grant, with the tenant's queue full of
+/// cancelled entries: exactly one of the two calls ends the request.
+#[test]
+fn requeue_racing_cancel_ends_the_request_once() {
+    const ITERATIONS: u64 = 20_000;
+    let barrier = Arc::new(Barrier::new(2));
+    let ends = Arc::new(AtomicU64::new(0));
+    let (requests, extra) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    for iteration in 0..ITERATIONS {
+        let engine = Arc::new(small(2, 64, 1));
+        let a1 = queued(&engine, &request("a"), 0);
+        assert_eq!(granted(&engine, 0).ticket, a1);
+        queued(&engine, &request("a"), 0); // a2: live
+        for _ in 0..2 {
+            let t = queued(&engine, &request("a"), 0);
+            engine.cancel_at(t, 0).unwrap();
+        }
+        requests.fetch_add(4, Ordering::Relaxed);
+        let canceller = {
+            let (engine, barrier, ends) = (engine.clone(), barrier.clone(), ends.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                // Sweep the cancel across the requeue's steps, iteration by iteration.
+                for _ in 0..iteration % 97 {
+                    std::hint::spin_loop();
+                }
+                match engine.cancel_at(a1, 1) {
+                    Ok(()) => {
+                        ends.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::StaleTicket | Error::TicketState) => {}
+                    Err(e) => panic!("cancel: {e}"),
+                }
+            })
+        };
+        barrier.wait();
+        match engine.complete_at(a1, Outcome::StillRefused { retry_after_ns: 0 }, None, 1) {
+            Ok(Completion::Requeued { .. }) => {}
+            Ok(Completion::Refused(_) | Completion::Completed) => {
+                ends.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(Error::StaleTicket) => {} // the cancel ended it first
+            Err(e) => panic!("complete: {e}"),
+        }
+        canceller.join().unwrap();
+        // The two cancelled entries ended by their cancels.
+        ends.fetch_add(2, Ordering::Relaxed);
+        // Drain the rest: a2, and a1 if it was requeued and not cancelled.
+        loop {
+            match engine.next_grant_at(2) {
+                NextGrant::Granted(g) => {
+                    engine
+                        .complete_at(g.ticket, Outcome::Admitted, None, 2)
+                        .unwrap();
+                    ends.fetch_add(1, Ordering::Relaxed);
+                }
+                NextGrant::Empty => break,
+                other => panic!("drain: {other:?}"),
+            }
+        }
+        let s = engine.stats();
+        assert_eq!((s.queued, s.in_flight), (0, 0), "{s:?}");
+        if s.ended() != s.enqueued {
+            extra.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    assert_eq!(
+        ends.load(Ordering::Relaxed),
+        requests.load(Ordering::Relaxed),
+        "ends seen by the callers, for {} requests",
+        requests.load(Ordering::Relaxed)
+    );
+    assert_eq!(
+        extra.load(Ordering::Relaxed),
+        0,
+        "engine counted extra ends"
+    );
+}
+
+/// The gauges never read above their bounds, even while concurrent enqueues are refused at the
+/// bound (a reservation is never added and then taken back).
+#[test]
+fn queued_gauge_never_reads_above_its_bound() {
+    const THREADS: usize = 3;
+    let engine = Arc::new(small(64, 16, 4));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (engine, stop) = (engine.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut worst = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let s = engine.stats();
+                worst = worst.max(s.queued);
+                assert!(s.in_flight <= 4, "{s:?}");
+            }
+            worst
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|id| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for i in 0..40_000u64 {
+                    let tenant = format!("t{}", (i + id as u64) % 5);
+                    if let Enqueued::Queued { ticket, .. } =
+                        engine.enqueue_at(&request(&tenant), i).unwrap()
+                    {
+                        if i % 3 == 0 {
+                            let _ = engine.cancel_at(ticket, i);
+                        }
+                    }
+                    if i % 2 == 0 {
+                        if let NextGrant::Granted(g) = engine.next_grant_at(i) {
+                            engine
+                                .complete_at(g.ticket, Outcome::Admitted, None, i)
+                                .unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let worst = watcher.join().unwrap();
+    assert!(
+        worst <= 16,
+        "stats().queued read {worst} with a bound of 16"
+    );
+}
