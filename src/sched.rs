@@ -168,6 +168,8 @@ struct Schedule {
     computing: AtomicBool,
     /// Picks to compute next time: halved when a batch is dropped early, doubled when used up.
     target: AtomicU32,
+    /// The total gain the classes' credits were last earned at (written by the computer).
+    scale_total: AtomicI64,
     /// Two batches, by generation parity: readers of the current one never meet the writer.
     batches: [Batch; 2],
 }
@@ -212,6 +214,7 @@ impl Classes {
                 cursor: CachePadded::new(AtomicU64::new(0)),
                 computing: AtomicBool::new(false),
                 target: AtomicU32::new(BATCH as u32),
+                scale_total: AtomicI64::new(0),
                 batches: [Batch::new(count), Batch::new(count)],
             },
         }
@@ -219,8 +222,17 @@ impl Classes {
 
     /// A class became ready or idle, or its boost changed: the batch no longer applies.
     fn invalidate(&self) {
-        // Relaxed: a staleness hint; a picker that misses it takes one more batched pick.
-        self.epoch.fetch_add(1, Ordering::Relaxed);
+        // Release: the ready-count change (or boost) made before this bump is visible to a batch
+        // computer that reads the new epoch (its Acquire load in `compute_batch`). Without it a
+        // computer could record the new epoch with the old, empty ready set: a batch of length 0
+        // that every later pick trusts, answering Empty for good. The bump carries liveness.
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Epoch) {
+            // Broken on purpose: the bump as a mere hint.
+            self.epoch.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.epoch.fetch_add(1, Ordering::Release);
     }
 
     fn allocated(&self) -> usize {
@@ -386,7 +398,16 @@ impl Classes {
                 refund[pick.load(Ordering::Relaxed) as usize] += old_total;
             }
         }
-        let epoch = self.epoch.load(Ordering::Relaxed);
+        // Acquire: pairs with the Release bump in `invalidate`, so the ready counts read below
+        // are at least as new as the epoch this batch will carry.
+        #[cfg(fairq_broken)]
+        let epoch = if crate::broken::on(crate::broken::Break::Epoch) {
+            self.epoch.load(Ordering::Relaxed) // broken on purpose: see `invalidate`
+        } else {
+            self.epoch.load(Ordering::Acquire)
+        };
+        #[cfg(not(fairq_broken))]
+        let epoch = self.epoch.load(Ordering::Acquire);
         let mut start = [0i64; CLASS_LIMIT];
         let mut total = 0i64;
         for (c, class) in self.classes[..allocated].iter().enumerate() {
@@ -418,6 +439,21 @@ impl Classes {
         let mut current = start;
         for (c, r) in current[..allocated].iter_mut().zip(refund) {
             *c += r;
+        }
+        // A class's credit is its lag times the total gain it was earned at. When the total
+        // changes (a class joined or left, a ready count moved), rescale the ready classes'
+        // credits to the new total, so each keeps its lag in cost units.
+        let earned_at = schedule.scale_total.load(Ordering::Relaxed);
+        if total > 0 && earned_at > 0 && earned_at != total {
+            for c in 0..allocated {
+                if weights[c] != 0 {
+                    current[c] =
+                        (i128::from(current[c]) * i128::from(total) / i128::from(earned_at)) as i64;
+                }
+            }
+        }
+        if total > 0 {
+            schedule.scale_total.store(total, Ordering::Relaxed);
         }
         for pick in &batch.picks[..len as usize] {
             let mut best: Option<(usize, i64)> = None;
@@ -549,6 +585,10 @@ impl Classes {
         self.classes[winner]
             .current
             .fetch_sub(total.saturating_mul(steps), Ordering::Relaxed);
+        if steps > 0 {
+            // A charge beyond the unit step: the batch's later picks assumed the credits before.
+            self.invalidate();
+        }
     }
 
     /// Charges class `winner` for `steps` unit steps at today's weights (cost corrections).

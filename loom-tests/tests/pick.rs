@@ -109,3 +109,48 @@ fn broken_pick_is_caught() {
         check("pick::two_classes [broken]", || two_granters_model(2))
     });
 }
+
+/// A class becomes ready while another thread computes a batch of picks. The batch computer
+/// must not record the new epoch with the old (empty) ready set: that batch of length 0 would
+/// answer every later pick `Empty` while a tenant waits. After both threads, the request is
+/// granted exactly once, by the racing granter or by the next call.
+fn ready_during_batch_model() {
+    let engine = Arc::new(Engine::new(tiny_config()).unwrap());
+    let enqueuer = {
+        let engine = Arc::clone(&engine);
+        thread::spawn(move || enqueue(&engine, &request(tenant_a()), 0))
+    };
+    let racing = engine.next_grant_at(1);
+    let ticket = enqueuer.join().unwrap();
+    let granted = match racing {
+        NextGrant::Granted(g) => g,
+        NextGrant::Empty => match engine.next_grant_at(2) {
+            NextGrant::Granted(g) => g,
+            other => panic!("a queued request is stuck: {other:?}, {:?}", engine.stats()),
+        },
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(granted.ticket, ticket);
+    assert_eq!(engine.stats().granted, 1);
+}
+
+#[test]
+fn class_ready_during_batch() {
+    fairq::with_batched_picks(|| check("pick::ready_during_batch", ready_during_batch_model));
+}
+
+/// The epoch bump and its read as Relaxed hints: a batch can carry the new epoch and no pick.
+#[cfg(fairq_broken)]
+#[test]
+#[should_panic(expected = "a queued request is stuck")]
+fn broken_epoch_is_caught() {
+    use fairq::broken::{with, Break};
+    with(Break::Epoch, || {
+        fairq::with_batched_picks(|| {
+            check(
+                "pick::ready_during_batch [broken]",
+                ready_during_batch_model,
+            )
+        })
+    });
+}
