@@ -84,13 +84,13 @@ for f in libfairq.a libfairq.so; do
     [ -f "$out/$f" ] || { echo "install.sh: $out/$f was not built" >&2; exit 1; }
 done
 if command -v readelf >/dev/null \
-    && ! readelf -d "$out/libfairq.so" | grep -q "Library soname: \[$soname\]"; then
+    && ! readelf -d "$out/libfairq.so" | grep "Library soname: \[$soname\]" >/dev/null; then
     echo "install.sh: $out/libfairq.so has no SONAME $soname" >&2
     exit 1
 fi
 
 cflags='-I${includedir}'
-if nm -D --defined-only "$out/libfairq.so" 2>/dev/null | grep -q ' T fairq_fleet_new$'; then
+if nm -D --defined-only "$out/libfairq.so" 2>/dev/null | grep ' T fairq_fleet_new$' >/dev/null; then
     cflags="$cflags -DFAIRQ_FLEET"
 fi
 
