@@ -80,6 +80,9 @@ if [ -z "${NGINX_SRC:-}" ]; then
 fi
 
 build=$root/target/nginx-source/build
-module=$(BUILD_DIR=$build "$here/build-from-source.sh" "$NGINX_SRC" | tail -n 1)
+# --error-log-path: before it reads its configuration nginx logs to the compiled-in path, which
+# the test's temporary prefix does not have.
+module=$(BUILD_DIR=$build "$here/build-from-source.sh" "$NGINX_SRC" \
+    --error-log-path=/dev/stderr | tail -n 1)
 "$build/nginx" -V 2>&1 | head -n 1
 exec python3 "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@"
