@@ -7,7 +7,8 @@
 # `apt-get source --download-only` through a private apt configuration with deb-src entries
 # (made from the system's deb entries; the system's apt settings are not touched) and cached
 # under target/nginx-source. NGINX_SRC=DIR uses an unpacked release instead, from anywhere.
-# Then build-from-source.sh: ./configure --with-compat --add-dynamic-module=ffi/nginx; make.
+# Then build-from-source.sh: ./configure --with-compat --add-dynamic-module=ffi/nginx; make; and
+# the module alone loaded into the system's nginx of the same release, when there is one.
 #
 # Needs a C compiler, make, PCRE2 and zlib headers (libpcre2-dev zlib1g-dev: installed with
 # apt-get when missing and this runs as root), python3 and redis-server (test_nginx.py's fleet
@@ -85,4 +86,25 @@ build=$root/target/nginx-source/build
 module=$(BUILD_DIR=$build "$here/build-from-source.sh" "$NGINX_SRC" \
     --error-log-path=/dev/stderr | tail -n 1)
 "$build/nginx" -V 2>&1 | head -n 1
-exec python3 "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@"
+python3 "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@"
+
+# --with-compat: the module alone (make modules, default configure options) loads into another
+# nginx of the same release configured --with-compat, such as Debian's, when one is installed.
+version=$("$build/nginx" -v 2>&1 | sed -n 's|.*nginx/||p')
+system=$(command -v nginx || true)
+if [ -n "$system" ] && [ "$("$system" -v 2>&1 | sed -n 's|.*nginx/||p')" = "$version" ]; then
+    only=$root/target/nginx-source/modules-only
+    module=$(BUILD_DIR=$only MODULES_ONLY=1 "$here/build-from-source.sh" "$NGINX_SRC" \
+        | tail -n 1)
+    conf=$only/prefix/nginx.conf
+    mkdir -p "$only/prefix/logs"
+    printf '%s\n' "load_module $module;" "error_log $only/prefix/logs/error.log;" \
+        "pid $only/prefix/nginx.pid;" "events {}" "http {" "    fairq_max_in_flight 4;" \
+        "    server {" "        listen 127.0.0.1:1;" \
+        '        location / { fairq on; fairq_tenant $http_x_api_key; return 200; }' \
+        "    }" "}" >"$conf"
+    "$system" -t -p "$only/prefix" -c "$conf"
+    echo "ok: the module built alone from the source tree loads into $system ($version)"
+else
+    echo "not checked: the module alone in a system nginx $version (none installed)"
+fi
