@@ -30,10 +30,14 @@
  *   alive until fairq_fleet_free, even past fairq_engine_free: free both. Every fairq_fleet_*
  *   call may run from any thread, except fairq_fleet_free, which must be the last one.
  *
- * ABI stability
- *   Within one FAIRQ_VERSION_MAJOR (and, while MAJOR is 0, one MINOR), functions, constants and
- *   struct layouts are only added, never changed or removed. Compare fairq_version() with the
- *   FAIRQ_VERSION_* macros at start-up.
+ * ABI policy
+ *   The shared library's SONAME is libfairq.so.<MAJOR>: libfairq.so.0 for every 0.x release.
+ *   Under one SONAME the ABI only grows: functions, constants and structs are added; none is
+ *   renamed, removed or renumbered, no status, reason or dimension number changes meaning, and
+ *   no existing struct changes its layout (new fields come in new structs and functions).
+ *   A change that cannot keep this takes a new SONAME and a new FAIRQ_VERSION_MAJOR.
+ *   A program needs a library at least as new as the header it was compiled with: compare
+ *   fairq_version() with FAIRQ_VERSION_MAJOR/MINOR/PATCH at start-up.
  */
 
 #ifndef FAIRQ_H

@@ -2,13 +2,17 @@
 //!
 //! - `fairq simulate` (also a bare `fairq`, and `cargo run --release`): replays one arrival trace
 //!   through a FIFO queue, deficit round robin and the real fairq engine, on a virtual clock, and
-//!   reports per-tenant waits, refusals, fair-share ratios and starvation against seed 003's
+//!   reports per-tenant waits, refusals, fair-share ratios and starvation against the alert
 //!   thresholds, with an SVG chart.
 //! - `fairq bench`: grants per second of the engine on this machine.
 //! - `fairq fleet-replica` (hidden, feature `fleet`): one replica for the fleet harness.
 //!
 //! This crate holds everything the command needs (argument parsing, charts, progress, TOML), so
 //! none of it reaches the C library.
+//!
+//! Standard output carries the results only, and is the same on every run of the same scenario
+//! and seed (the README's simulation block is this output); wall times, the progress bar and
+//! warnings go to standard error.
 
 mod bench;
 mod chart;
@@ -20,6 +24,8 @@ mod sched;
 mod sim;
 mod trace;
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -31,12 +37,23 @@ use crate::scenario::Scenario;
 use crate::sim::RunResult;
 use crate::trace::Trace;
 
+/// The exit statuses, shown under `--help`.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0  the run finished (ALERT lines are results, not failures); also when standard output is
+     closed early, as by `fairq simulate | head`
+  2  bad arguments, a bad scenario, or an output path that cannot be written (checked before
+     the run starts)
+  3  the simulation caught a scheduler breaking a rule (a grant before its Retry-After or after
+     its deadline); ANOMALY lines on standard error name each case";
+
 #[derive(Parser)]
 #[command(
     name = "fairq",
     version,
     about = "Weighted fair admission queue: simulate FIFO vs DRR vs fairq, or benchmark the engine",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
@@ -48,6 +65,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Replay one arrival trace through fifo, drr and fairq (the default command).
+    #[command(after_help = EXIT_STATUS)]
     Simulate(SimulateArgs),
     /// Measure the engine's grants per second (enqueue -> next_grant -> complete cycles).
     Bench(BenchArgs),
@@ -59,8 +77,8 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct SimulateArgs {
-    /// Scenario TOML file, or the name of one under examples/scenarios/ [default: the built-in
-    /// noisy-neighbour]
+    /// Scenario TOML file, or the name of a built-in one: noisy-neighbour (the default),
+    /// tiers-steady, many-tenants, retry-storm (the files of examples/scenarios/, compiled in)
     #[arg(long, short)]
     scenario: Option<String>,
     /// Drop this tenant group from the trace (a baseline run, e.g. `--without burster`).
@@ -99,19 +117,51 @@ struct BenchArgs {
     threads: Vec<usize>,
 }
 
+/// Why a command stopped early.
+enum Stop {
+    /// A bad argument, scenario or output path (exit status 2).
+    Error(String),
+    /// Standard output was closed (`fairq simulate | head`): end quietly.
+    StdoutClosed,
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Error(e)
+    }
+}
+
+/// Writes `text` to standard output. A closed pipe is not an error worth a message.
+fn emit(text: &str) -> Result<(), Stop> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Stop::StdoutClosed),
+        Err(e) => Err(Stop::Error(format!("cannot write to standard output: {e}"))),
+    }
+}
+
+/// Writes a line to standard error; a closed standard error is ignored.
+fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Bench(args)) => run_bench(&args),
         Some(Command::Simulate(args)) => simulate(&args),
         #[cfg(feature = "fleet")]
-        Some(Command::FleetReplica(args)) => fleet::run(&args).map(|()| ExitCode::SUCCESS),
+        Some(Command::FleetReplica(args)) => fleet::run(&args)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Stop::Error),
         None => simulate(&cli.simulate),
     };
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("fairq: {e}");
+        Err(Stop::StdoutClosed) => ExitCode::SUCCESS,
+        Err(Stop::Error(e)) => {
+            note(&format!("fairq: {e}"));
             ExitCode::from(2)
         }
     }
@@ -122,13 +172,18 @@ fn load_scenario(args: &SimulateArgs) -> Result<Scenario, String> {
         None => Scenario::builtin(),
         Some(arg) => {
             let path = Path::new(arg);
-            let named = Path::new("examples/scenarios").join(format!("{arg}.toml"));
-            if path.exists() || !named.exists() {
-                Scenario::load(path)
+            if path.exists() {
+                Scenario::load(path).map_err(|e| e.to_string())?
+            } else if let Some(scenario) = Scenario::named(arg) {
+                scenario
             } else {
-                Scenario::load(&named)
+                let names: Vec<&str> = scenario::BUILTIN.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "no scenario file `{arg}`, and no built-in scenario of that name \
+                     (built in: {})",
+                    names.join(", ")
+                ));
             }
-            .map_err(|e| e.to_string())?
         }
     };
     if !args.without.is_empty() {
@@ -154,9 +209,34 @@ fn load_scenario(args: &SimulateArgs) -> Result<Scenario, String> {
     Ok(scenario)
 }
 
-fn simulate(args: &SimulateArgs) -> Result<ExitCode, String> {
+/// Fails now, before a long run, if the chart could not be written to `path` afterwards. Opens
+/// it for writing without truncating it, and removes it again if this check created it.
+fn check_writable(path: &Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!(
+            "cannot write the chart to {}: it is a directory",
+            path.display()
+        ));
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("cannot write the chart to {}: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
     let started = Instant::now();
     let scenario = load_scenario(args)?;
+    if !args.no_chart {
+        check_writable(&args.chart)?;
+    }
     let trace = Trace::generate(&scenario);
     let config = scenario.engine_config();
     let virtual_s = trace.duration_ns / trace::SEC;
@@ -201,52 +281,56 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, String> {
     let mut anomalies = 0;
     for run in &runs {
         for a in &run.anomalies {
-            eprintln!("fairq: ANOMALY in {}: {a}", run.name);
+            note(&format!("fairq: ANOMALY in {}: {a}", run.name));
             anomalies += 1;
         }
     }
+    // The chart first: it is complete even if standard output closes early.
+    if !args.no_chart {
+        chart::write(&args.chart, &scenario, &runs)?;
+    }
+    let mut text = String::new();
     if args.json {
         let doc = report::json(&scenario, &runs);
-        println!(
+        let _ = writeln!(
+            text,
             "{}",
             serde_json::to_string_pretty(&doc).expect("JSON serialises")
         );
     } else {
-        println!("{}", report::header(&scenario, trace.tenants.len() as u64));
+        let header = report::header(&scenario, trace.tenants.len() as u64);
+        text += &report::wrap(&header, report::WIDTH, "", "  ");
         if !scenario.description.is_empty() {
-            println!("{}", scenario.description);
+            text += &report::wrap(&scenario.description, report::WIDTH, "", "");
         }
-        println!(
-            "{} arrivals in the trace, replayed identically through every scheduler",
+        let _ = writeln!(
+            text,
+            "{} arrivals in the trace, replayed identically through every scheduler\n",
             trace.arrivals.len()
         );
-        println!();
         for run in &runs {
-            print!("{}", report::table(run));
+            text += &report::table(run);
             for v in report::verdicts(run) {
-                println!("  {}", v.line());
+                text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
             }
-            println!();
+            text.push('\n');
         }
-        println!("{}", report::LEGEND);
+        let _ = writeln!(text, "{}\n", report::LEGEND);
+        text += &report::bottom_lines(&runs);
+        if !args.no_chart {
+            let _ = writeln!(text, "chart written to {}", args.chart.display());
+        }
     }
-    if !args.no_chart {
-        chart::write(&args.chart, &scenario.name, &runs)?;
-    }
-    let done = format!(
-        "{}wall {:.2} s",
-        if args.no_chart {
-            String::new()
-        } else {
-            format!("chart written to {}; ", args.chart.display())
-        },
-        started.elapsed().as_secs_f64()
-    );
-    if args.json {
-        eprintln!("{done}");
-    } else {
-        println!("{done}");
-    }
+    emit(&text)?;
+    let walls: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {:.2} s", r.name, r.wall.as_secs_f64()))
+        .collect();
+    note(&format!(
+        "wall {:.2} s ({})",
+        started.elapsed().as_secs_f64(),
+        walls.join(", ")
+    ));
     Ok(if anomalies > 0 {
         ExitCode::from(3)
     } else {
@@ -254,29 +338,25 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, String> {
     })
 }
 
-fn run_bench(args: &BenchArgs) -> Result<ExitCode, String> {
+fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        return Err(format!("--seconds must be > 0, got {}", args.seconds));
+        return Err(format!("--seconds must be > 0, got {}", args.seconds).into());
     }
-    println!(
+    if args.threads.contains(&0) || args.tenants.contains(&0) {
+        return Err("--threads and --tenants must be > 0".to_string().into());
+    }
+    emit(&format!(
         "fairq bench: next_grant -> complete -> enqueue cycles, every tenant backlogged, \
-         weights 8/4/2/1, {} s each",
-        args.seconds
-    );
-    println!(
-        "{:>7} {:>8} {:>12} {:>16}",
-        "threads", "tenants", "grants/s", "ns/cycle/thread"
-    );
+         weights 8/4/2/1, {} s each\n{:>7} {:>8} {:>12} {:>16}\n",
+        args.seconds, "threads", "tenants", "grants/s", "ns/cycle/thread"
+    ))?;
     for &threads in &args.threads {
         for &tenants in &args.tenants {
-            if threads == 0 || tenants == 0 {
-                return Err("--threads and --tenants must be > 0".into());
-            }
             let m = bench::measure(threads, tenants, Duration::from_secs_f64(args.seconds))?;
-            println!(
-                "{:>7} {:>8} {:>12.0} {:>16.1}",
+            emit(&format!(
+                "{:>7} {:>8} {:>12.0} {:>16.1}\n",
                 m.threads, m.tenants, m.grants_per_s, m.ns_per_cycle
-            );
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,5 +1,5 @@
-//! The simulation's outputs: the per-tenant tables, the verdict lines against seed 003's
-//! thresholds, and the `--json` document.
+//! The simulation's outputs: the per-tenant tables, the verdict lines against the alert
+//! thresholds, the bottom line per scheduler, and the `--json` document.
 
 use std::fmt::Write as _;
 
@@ -10,17 +10,17 @@ use crate::scenario::Scenario;
 use crate::sim::{percentile_us, RowResult, RunResult};
 use crate::trace::SEC;
 
-/// Seed 003: a 10-minute moving average of fair_share_ratio under this is unfair.
+/// Alert threshold: a 10-minute moving average of fair_share_ratio under this is unfair.
 pub const FAIR_SHARE_ALERT: f64 = 0.7;
-/// Seed 003: a starvation window longer than this (ns) needs recovery first.
+/// Alert threshold: a starvation window longer than this (ns) needs recovery first.
 pub const STARVATION_ALERT_NS: u64 = 30 * SEC;
-/// Seed 003: one tenant over this share of throughput…
+/// Alert threshold: one tenant over this share of throughput…
 pub const DOMINANCE_SHARE: f64 = 0.4;
 /// …while another tenant's p95 rises by more than this factor…
 pub const P95_RISE_FACTOR: f64 = 1.2;
 /// …and by at least this much (ms), so that sub-millisecond noise is not called a rise.
 pub const P95_RISE_FLOOR_MS: f64 = 1.0;
-/// Seed 003: refusal rates further apart than this (percentage points) call for re-tuning.
+/// Alert threshold: refusal rates further apart than this (percentage points) call for re-tuning.
 pub const REFUSAL_SPREAD_PP: f64 = 15.0;
 
 const REASONS: [(Reason, &str); 5] = [
@@ -80,13 +80,12 @@ pub fn table(run: &RunResult) -> String {
     let offered: u64 = run.rows.iter().map(|r| r.offered).sum();
     let _ = writeln!(
         out,
-        "== {}: {} offered, {} granted ({:.1}%), {} events in {:.2} s wall",
+        "== {}: {} offered, {} granted ({:.1}%), {} events",
         run.name,
         offered,
         granted,
         100.0 * granted as f64 / offered.max(1) as f64,
         run.events,
-        run.wall.as_secs_f64()
     );
     let _ = write!(
         out,
@@ -130,18 +129,58 @@ pub fn table(run: &RunResult) -> String {
     out
 }
 
-/// The legend printed once under the tables.
+/// The legend printed once under the tables (lines of at most [`WIDTH`] columns).
 pub const LEGEND: &str = "\
-refusals: q_full = queue_full (global bound), tq_full = tenant_queue_full, tbl_full = \
-tenant_table_full,\n  no_fit = wait_exceeds_budget, expired = deadline_exceeded (budget ran out \
-while queued).\nwait = arrival to grant, granted requests only. fair_share = granted / weighted \
-max-min fair share\n  of the capacity actually granted, per window (10 s by default), summed. backlog = share \
-of those windows in which\n  the tenant asked for more than its fair share. starve = longest time \
-with a ready waiter and no grant.\n  Definitions: README.md, \"Fairness measures\" (R16).";
+refusals: q_full = queue_full (global bound), tq_full = tenant_queue_full,
+  tbl_full = tenant_table_full, no_fit = wait_exceeds_budget,
+  expired = deadline_exceeded (the budget ran out while queued).
+wait = arrival to grant, granted requests only.
+fair_share = granted / weighted max-min fair share of the capacity actually granted, per window
+  (10 s by default), summed. backlog = share of those windows in which the tenant asked for more
+  than its fair share. starve = longest time with a ready waiter and no grant.
+Definitions: README.md, \"Fairness measures\".";
+
+/// The widest line the text report prints, tables aside.
+pub const WIDTH: usize = 100;
+
+/// `text` wrapped at spaces into lines of at most `width` columns (a longer word stands alone),
+/// the first line indented by `first`, the others by `rest`; each line ends with a newline.
+/// Runs of spaces inside a line are kept (aligned columns stay aligned); a no-break space
+/// (U+00A0) joins a number to its unit and is printed as a space.
+pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut line_has_word = false;
+    let (mut empties, mut seen_word) = (0usize, false);
+    for token in text.split(' ') {
+        if token.is_empty() {
+            empties += 1;
+            continue;
+        }
+        let spaces = if seen_word { empties + 1 } else { 0 };
+        (empties, seen_word) = (0, true);
+        if line_has_word && line.chars().count() + spaces + token.chars().count() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_string();
+            line_has_word = false;
+        }
+        if line_has_word {
+            line.extend(std::iter::repeat_n(' ', spaces));
+        }
+        line.push_str(&token.replace('\u{a0}', " "));
+        line_has_word = true;
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
 
 /// One verdict line.
 #[derive(Clone, Debug)]
 pub struct Verdict {
+    /// The check's short name, for the bottom line.
+    pub name: &'static str,
     /// Whether the threshold was crossed.
     pub alert: bool,
     /// The line, without the status word.
@@ -189,7 +228,7 @@ pub fn min_moving_fair_share(row: &RowResult, window_ns: u64) -> Option<(f64, u6
     best
 }
 
-/// The verdict lines of one run against seed 003's thresholds.
+/// The verdict lines of one run against the alert thresholds.
 pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
     let mut out = Vec::new();
 
@@ -208,6 +247,7 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
         .map(|(n, v, at)| format!("{n} {v:.2} from {}", mmss(*at)))
         .collect();
     out.push(Verdict {
+        name: "fair share",
         alert: !bad.is_empty(),
         text: if bad.is_empty() {
             format!(
@@ -237,22 +277,23 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
         .filter(|r| r.max_starvation_ns > STARVATION_ALERT_NS)
         .map(|r| {
             format!(
-                "{} {:.1} s",
+                "{} {:.1}\u{a0}s",
                 r.name,
                 r.max_starvation_ns as f64 / SEC as f64
             )
         })
         .collect();
     out.push(Verdict {
+        name: "starvation",
         alert: !starved.is_empty(),
         text: if starved.is_empty() {
             format!(
-                "starvation_window <= 30 s for every tenant; longest {} {:.2} s",
+                "starvation_window <=\u{a0}30\u{a0}s for every tenant; longest {} {:.2}\u{a0}s",
                 longest.name,
                 longest.max_starvation_ns as f64 / SEC as f64
             )
         } else {
-            format!("starvation_window > 30 s: {}", starved.join(", "))
+            format!("starvation_window >\u{a0}30\u{a0}s: {}", starved.join(", "))
         },
     });
 
@@ -276,20 +317,21 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
     };
     let within: Vec<(&RowResult, f64)> = rates
         .iter()
-        .filter(|(r, _)| r.fair_demand <= 1.05 * r.fair_expected)
+        .filter(|(r, _)| within_share(r))
         .copied()
         .collect();
     if let Some((all, hi, lo)) = spread(&rates) {
         let inside =
             spread(&within).map_or("no tenant stayed within its share".into(), |(s, h, l)| {
                 format!(
-                    "among tenants that asked no more than their fair share: {s:.1} pp ({h}, {l})"
+                    "among tenants that asked no more than their fair share: {s:.1}\u{a0}pp ({h}, {l})"
                 )
             });
         out.push(Verdict {
+            name: "refusal spread",
             alert: all > REFUSAL_SPREAD_PP,
             text: format!(
-                "refusal-rate spread {} {REFUSAL_SPREAD_PP} pp: {all:.1} pp ({hi}, {lo}); {inside}",
+                "refusal-rate spread {}\u{a0}{REFUSAL_SPREAD_PP}\u{a0}pp: {all:.1}\u{a0}pp ({hi}, {lo}); {inside}",
                 if all > REFUSAL_SPREAD_PP { ">" } else { "<=" }
             ),
         });
@@ -297,7 +339,7 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
     out
 }
 
-/// Seed 003's throttling trigger: one tenant over 40% of throughput while the others' p95 rises.
+/// The throttling trigger: one tenant over 40% of throughput while the others' p95 rises.
 ///
 /// Per chart bucket, a row *dominates* when one of its tenants took over 40% of the bucket's
 /// grants (a group counts its average member). Another row's p95 *rises* when its p95 wait in
@@ -336,7 +378,7 @@ fn dominance(run: &RunResult) -> Verdict {
         let share = dom.iter().map(|&b| x.grants_by_bucket[b]).sum::<u64>() as f64
             / dom.iter().map(|&b| totals[b]).sum::<u64>() as f64;
         let span = format!(
-            "{} took {:.0}% of grants in {:.0} s",
+            "{} took {:.0}% of grants in {:.0}\u{a0}s",
             x.name,
             100.0 * share,
             dom.len() as f64 * run.bucket_ns as f64 / SEC as f64
@@ -354,7 +396,7 @@ fn dominance(run: &RunResult) -> Verdict {
             let factor = during / calm_p95.max(1e-3);
             if during > P95_RISE_FACTOR * calm_p95 && during - calm_p95 >= P95_RISE_FLOOR_MS {
                 risen.push(format!(
-                    "{} p95 {} ms vs {} ms",
+                    "{} p95 {}\u{a0}ms vs {}\u{a0}ms",
                     y.name,
                     ms(Some(during)),
                     ms(Some(calm_p95))
@@ -364,7 +406,7 @@ fn dominance(run: &RunResult) -> Verdict {
                 worst = Some((
                     factor,
                     format!(
-                        "{} {} ms vs {} ms",
+                        "{} {}\u{a0}ms vs {}\u{a0}ms",
                         y.name,
                         ms(Some(during)),
                         ms(Some(calm_p95))
@@ -386,6 +428,7 @@ fn dominance(run: &RunResult) -> Verdict {
         }
     }
     Verdict {
+        name: "one tenant > 40%",
         alert,
         text: if notes.is_empty() {
             format!(
@@ -402,12 +445,63 @@ fn dominance(run: &RunResult) -> Verdict {
     }
 }
 
+/// Whether a row asked for no more than its fair share (within 5%) over the run.
+fn within_share(r: &RowResult) -> bool {
+    r.fair_demand <= 1.05 * r.fair_expected
+}
+
+/// One line per scheduler: how many checks alert, and what the tenants that asked no more than
+/// their fair share got (their worst p95 wait, the share of their requests refused).
+pub fn bottom_lines(runs: &[RunResult]) -> String {
+    let mut out = String::from(
+        "bottom line (tenants within their fair share: worst p95 wait, share of requests refused):\n",
+    );
+    let width = runs.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    for run in runs {
+        let verdicts = verdicts(run);
+        let alerts: Vec<&str> = verdicts
+            .iter()
+            .filter(|v| v.alert)
+            .map(|v| v.name)
+            .collect();
+        let checks = if alerts.is_empty() {
+            format!("no check of {} alerts", verdicts.len())
+        } else {
+            format!(
+                "{} of {} checks alert ({})",
+                alerts.len(),
+                verdicts.len(),
+                alerts.join(", ")
+            )
+        };
+        let within: Vec<&RowResult> = run.rows.iter().filter(|r| within_share(r)).collect();
+        let fared = if within.is_empty() {
+            "no tenant stayed within its share".to_string()
+        } else {
+            let p95 = within
+                .iter()
+                .filter_map(|r| r.wait_percentile_ms(0.95))
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            let offered: u64 = within.iter().map(|r| r.offered).sum();
+            let refused: u64 = within.iter().map(|r| r.refused_total()).sum();
+            format!(
+                "{} ms, {:.1}%",
+                ms(p95),
+                100.0 * refused as f64 / offered.max(1) as f64
+            )
+        };
+        let line = format!("{:<width$}  {checks}; {fared}", run.name);
+        out += &wrap(&line, WIDTH, "  ", "    ");
+    }
+    out
+}
+
 fn round(v: f64, digits: i32) -> f64 {
     let m = 10f64.powi(digits);
     (v * m).round() / m
 }
 
-/// The `--json` document: exactly the schema of issue 7.
+/// The `--json` document: `{"scenario", "schedulers": [{"name", "tenants": [...]}]}`.
 pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
     json!({
         "scenario": scenario.name,
@@ -427,4 +521,27 @@ pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn wrap_breaks_at_spaces_within_the_width() {
+        let text = "one two three four five six seven eight nine ten";
+        let out = wrap(text, 20, "  ", "    ");
+        assert_eq!(
+            out,
+            "  one two three four\n    five six seven\n    eight nine ten\n"
+        );
+        assert!(out.lines().all(|l| l.len() <= 20));
+        assert_eq!(wrap("fifo   3 of 4", 100, "  ", ""), "  fifo   3 of 4\n");
+        assert_eq!(wrap("in 35\u{a0}s now", 6, "", ""), "in\n35 s\nnow\n");
+        let long = "x".repeat(30);
+        assert_eq!(
+            wrap(&format!("a {long} b"), 10, "", ""),
+            format!("a\n{long}\nb\n")
+        );
+    }
 }

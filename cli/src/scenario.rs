@@ -2,16 +2,35 @@
 //!
 //! A scenario is TOML (see `examples/scenarios/`). Every value is range-checked while it is
 //! parsed, so a bad file is rejected with the line, the column and the field at fault instead of
-//! a simulation that silently means something else. The built-in default is
-//! `examples/scenarios/noisy-neighbour.toml`, compiled into the binary.
+//! a simulation that silently means something else. Every scenario of `examples/scenarios/` is
+//! compiled into the binary, so `--scenario NAME` works from any directory; the default is
+//! `noisy-neighbour`.
 
 use std::fmt;
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
-/// The scenario a bare `fairq` (and `cargo run --release`) simulates.
-pub const DEFAULT_SCENARIO: &str = include_str!("../../examples/scenarios/noisy-neighbour.toml");
+/// The built-in scenarios, by name: the files of `examples/scenarios/`, compiled in. The first
+/// is the one a bare `fairq` (and `cargo run --release`) simulates.
+pub const BUILTIN: [(&str, &str); 4] = [
+    (
+        "noisy-neighbour",
+        include_str!("../../examples/scenarios/noisy-neighbour.toml"),
+    ),
+    (
+        "tiers-steady",
+        include_str!("../../examples/scenarios/tiers-steady.toml"),
+    ),
+    (
+        "many-tenants",
+        include_str!("../../examples/scenarios/many-tenants.toml"),
+    ),
+    (
+        "retry-storm",
+        include_str!("../../examples/scenarios/retry-storm.toml"),
+    ),
+];
 
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
@@ -163,7 +182,7 @@ pub struct TenantGroup {
     /// Steady Poisson rate per tenant: requests/s, or a multiple of its fair share.
     #[serde(default)]
     pub rate: Rate,
-    /// Cost of each request in resource units (R15), 1..=1000000.
+    /// Cost of each request in resource units, 1..=1000000.
     #[serde(default = "one", deserialize_with = "cost_range")]
     pub cost: u32,
     /// The request's own total timeout, ms; 0: none (the budget is `max_wait_ms`).
@@ -276,10 +295,16 @@ impl Scenario {
         Scenario::parse(&text, &origin)
     }
 
-    /// The built-in noisy-neighbour scenario.
+    /// The default scenario, noisy-neighbour.
     pub fn builtin() -> Scenario {
-        Scenario::parse(DEFAULT_SCENARIO, "examples/scenarios/noisy-neighbour.toml")
-            .expect("the built-in scenario parses")
+        Scenario::named(BUILTIN[0].0).expect("the default scenario is built in")
+    }
+
+    /// A built-in scenario by name (`None`: no such name).
+    pub fn named(name: &str) -> Option<Scenario> {
+        let (_, text) = BUILTIN.iter().find(|(n, _)| *n == name)?;
+        let origin = format!("examples/scenarios/{name}.toml");
+        Some(Scenario::parse(text, &origin).expect("every built-in scenario parses"))
     }
 
     /// Checks that span fields (the engine's own limits, names), with the line of the field.
@@ -517,6 +542,27 @@ mod tests {
             .tenants
             .iter()
             .any(|g| g.name == "burster" && !g.bursts.is_empty()));
+    }
+
+    #[test]
+    fn every_file_of_examples_scenarios_is_built_in_and_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scenarios");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut built_in: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+        built_in.sort();
+        assert_eq!(files, built_in, "add new scenario files to BUILTIN");
+        for (name, text) in BUILTIN {
+            let on_disk = std::fs::read_to_string(dir.join(format!("{name}.toml"))).unwrap();
+            assert_eq!(text, on_disk);
+            assert_eq!(Scenario::named(name).unwrap().name, name);
+        }
+        assert!(Scenario::named("no-such-scenario").is_none());
     }
 
     #[test]

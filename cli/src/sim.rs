@@ -6,7 +6,7 @@
 //! while a backend slot is free (`max_in_flight` slots, each busy for the request's service time
 //! drawn in the trace), exactly as a gateway calls `next_grant` after every enqueue and complete.
 //!
-//! # The measures (R16)
+//! # The measures
 //! - **wait**: from a request's arrival to its grant, over granted requests. A request that is
 //!   refused, on arrival or after waiting, counts under its reason instead.
 //! - **fair_share_ratio**: time is cut into windows (`report.window_s`, 10 s by default). In each
@@ -17,7 +17,7 @@
 //!   is shared out again by weight among the others). The ratio is Σ granted / Σ expected over
 //!   the windows. 1.0 is exactly fair; under 1 the tenant got less than its weight entitles it to
 //!   given what it asked for. A tenant is *backlogged* in a window when its demand exceeded its
-//!   expected share there by more than 5% (plus one cost unit). The verdict uses the 10-minute moving sum (the seed's moving average).
+//!   expected share there by more than 5% (plus one cost unit). The verdict uses the 10-minute moving sum.
 //! - **starvation_window**: the longest continuous time during which the tenant had at least
 //!   one ready waiter (queued and past its Retry-After, answered or not) and received no grant.
 //!   It opens when a waiter becomes ready while none was, restarts at every grant that leaves

@@ -1,10 +1,11 @@
 //! Runs the real `fairq` binary on a short noisy-neighbour scenario (3 virtual minutes, the
-//! burst and flood in proportion) and checks what issue 7 asks the simulation to show.
+//! burst and flood in proportion) and checks what the simulation must show.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -66,7 +67,7 @@ fn num(v: &Value, key: &str) -> f64 {
 }
 
 #[test]
-fn json_has_exactly_the_schema_of_issue_7() {
+fn json_has_exactly_the_documented_schema() {
     let (doc, _) = runs();
     let keys = |v: &Value| -> BTreeSet<String> { v.as_object().unwrap().keys().cloned().collect() };
     assert_eq!(
@@ -158,7 +159,7 @@ fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
     // tenant's p95 stays within 25 ms (two and a half mean service times) of its p95 in the run
     // without the burster. The bound is a regression guard measured on this scenario (the worst
     // victim, free at weight 1, rises by about 13 ms), not a derived limit. See the ignored test
-    // below for the 1.2x target the issue sets, which no work-conserving scheduler meets here.
+    // below for the 1.2x target, which no work-conserving scheduler meets here.
     let (with, without) = runs();
     for id in VICTIMS {
         let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
@@ -240,6 +241,222 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         .filter(|n| n.has_tag_name("polyline"))
         .count();
     assert!(lines >= 3 * 6, "{lines} polylines");
+
+    // The scenario's burst (60-90 s) and flood (140-145 s) are shaded in every panel, and
+    // labelled; the burst's shading is six times as wide as the flood's.
+    let shaded: Vec<(f64, f64)> = doc
+        .descendants()
+        .filter(|n| {
+            n.has_tag_name("rect")
+                && n.attribute("fill") == Some("#000000")
+                && n.attribute("opacity") == Some("0.09")
+        })
+        .map(|n| {
+            let num = |a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+            (num("x"), num("width"))
+        })
+        .collect();
+    assert_eq!(
+        shaded.len(),
+        3 * 2,
+        "a burst and a flood window per panel: {shaded:?}"
+    );
+    for pair in shaded.chunks(2) {
+        let (burst, flood) = (pair[0], pair[1]);
+        assert!(burst.0 < flood.0, "{shaded:?}");
+        let ratio = burst.1 / flood.1;
+        assert!((4.5..=7.5).contains(&ratio), "widths {shaded:?}");
+    }
+    for label in [
+        "burster at 10x share",
+        "flood at 5000/s",
+        "p95 = 0 (no wait) is drawn on this line",
+    ] {
+        let n = texts.iter().filter(|t| *t == label).count();
+        assert_eq!(n, 3, "label {label:?} once per panel");
+    }
+    // Rows overlap in the fifo panel: they differ by dash pattern, not only by colour, and the
+    // colours are Okabe-Ito's.
+    let dashed: BTreeSet<&str> = doc
+        .descendants()
+        .filter_map(|n| n.attribute("stroke-dasharray"))
+        .collect();
+    assert!(dashed.len() >= 4, "dash patterns {dashed:?}");
+    for colour in ["#0072B2", "#E69F00", "#009E73", "#D55E00"] {
+        assert!(svg.contains(&format!("stroke=\"{colour}\"")), "{colour}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    // The reader goes away before fairq writes (as `fairq simulate | head` does to the lines
+    // after the first few): no panic, no message, exit status 0.
+    for args in [
+        &["simulate", "--scenario", SHORT, "--no-chart"][..],
+        &["simulate", "--scenario", SHORT, "--no-chart", "--json"][..],
+        &[
+            "bench",
+            "--seconds",
+            "0.05",
+            "--tenants",
+            "1",
+            "--threads",
+            "1",
+        ][..],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "fairq {args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{err}"
+        );
+    }
+    // Through a real pipe: `fairq ... | head -n 2` prints the first two lines.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{BIN}' simulate --scenario '{SHORT}' --no-chart | head -n 2"
+        ))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("scenario noisy-neighbour-short:"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn built_in_scenario_names_work_from_any_directory() {
+    // A directory with no examples/ in it: the names resolve to the scenarios compiled in.
+    let dir = tmp("elsewhere");
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "noisy-neighbour",
+        "retry-storm",
+        "tiers-steady",
+        "many-tenants",
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "simulate",
+                "-s",
+                name,
+                "--duration",
+                "2",
+                "--json",
+                "--no-chart",
+            ])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "-s {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["scenario"], name);
+    }
+    let out = Command::new(BIN)
+        .args(["simulate", "-s", "no-such-scenario", "--no-chart"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no-such-scenario") && err.contains("retry-storm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_chart_path_that_cannot_be_written_fails_before_the_run() {
+    // The default scenario is an hour of virtual time: seconds of work even in a release build.
+    // An unwritable chart path must stop it before it starts, with status 2 and nothing on
+    // stdout.
+    let dir = tmp("chart-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = tmp("no-such-dir/report.svg");
+    for (path, says) in [
+        (missing.to_str().unwrap(), "No such file or directory"),
+        (dir.to_str().unwrap(), "is a directory"),
+    ] {
+        let started = Instant::now();
+        let out = fairq(&["simulate", "--chart", path]);
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(path) && err.contains(says), "{err}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            took < Duration::from_secs(5),
+            "took {took:?}: not checked first"
+        );
+    }
+    assert!(!missing.parent().unwrap().exists());
+}
+
+#[test]
+fn help_documents_the_exit_statuses() {
+    for args in [&["--help"][..], &["simulate", "--help"][..]] {
+        let out = fairq(args);
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        for line in ["Exit status:", "  0  ", "  2  ", "  3  "] {
+            assert!(help.contains(line), "{args:?} lacks {line:?}:\n{help}");
+        }
+    }
+}
+
+#[test]
+fn text_report_lines_fit_100_columns_except_the_tables() {
+    let out = fairq(&["simulate", "--scenario", SHORT, "--no-chart"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let table_row = |l: &str| {
+        l.starts_with("tenant ")
+            || stdout
+                .lines()
+                .any(|h| h.starts_with("tenant ") && h.len() == l.len())
+    };
+    for line in stdout.lines().filter(|l| !table_row(l)) {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}",
+            line.len()
+        );
+    }
+    // One bottom line per scheduler, after the tables.
+    let bottom: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("bottom line"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert_eq!(bottom.len(), 3, "{stdout}");
+    for (line, name) in bottom.iter().zip(["fifo", "drr", "fairq"]) {
+        assert!(line.trim_start().starts_with(name), "{line}");
+        assert!(
+            line.contains("checks alert") || line.contains("no check"),
+            "{line}"
+        );
+    }
+    // Standard output is the same on every run: wall times go to standard error.
+    assert!(!stdout.contains("wall"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wall"));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 /* fairq quick start: two tenants weighted 3:1 share a gateway's admission capacity.
- * Build: cc -std=c11 -Iinclude ffi/c/quickstart.c target/release/libfairq.a -lpthread -ldl -lm */
+ * Build (after ffi/c/install.sh): cc -std=c11 quickstart.c $(pkg-config --cflags --libs fairq) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

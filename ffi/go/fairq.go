@@ -1,6 +1,14 @@
 // Package fairq is a cgo binding for fairq, the lock-free multi-tenant weighted fair admission
-// queue. It links the static library built by cargo (target/debug/libfairq.a; build with
-// `-tags fairq_release` for target/release) and includes ../../include/fairq.h.
+// queue. By default it builds against an installed fairq through pkg-config (`#cgo pkg-config:
+// fairq`: install with ffi/c/install.sh PREFIX and set PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when
+// PREFIX is not a system one). In the repository, `-tags fairq_debug` or `-tags fairq_release`
+// links target/debug or target/release/libfairq.a and ../../include/fairq.h instead.
+//
+// The module path is fairq.local/fairq, which no proxy serves: a program in another module
+// requires it and replaces it with this directory,
+//
+//	require fairq.local/fairq v0.0.0
+//	replace fairq.local/fairq => /path/to/fairq/ffi/go
 //
 //	q, err := fairq.New(fairq.DefaultConfig().WithEnabled(true))
 //	if err != nil { ... }
@@ -19,7 +27,6 @@
 package fairq
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
 #include <stdlib.h>
 #include "fairq.h"
 */

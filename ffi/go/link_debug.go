@@ -1,9 +1,10 @@
-//go:build !fairq_release
+//go:build fairq_debug && !fairq_release
 
 package fairq
 
-// Links the debug build (`cargo build`). Build with `-tags fairq_release` to link
-// target/release/libfairq.a instead.
+// -tags fairq_debug: the repository's build tree, the debug build (`cargo build -p fairq`):
+// ../../include/fairq.h and target/debug/libfairq.a, linked statically.
 
+// #cgo CFLAGS: -I${SRCDIR}/../../include
 // #cgo LDFLAGS: ${SRCDIR}/../../target/debug/libfairq.a -lpthread -ldl -lm
 import "C"

@@ -1,8 +1,17 @@
 """Python binding for fairq, the lock-free multi-tenant weighted fair admission queue.
 
-One module, no compiled parts: it loads ``libfairq.so`` with ctypes. Set ``FAIRQ_LIB`` to the
-library's path, or build it (``cargo build --release``) and this module finds it under
-``target/``.
+One module, no compiled parts: it loads fairq's C library with ctypes. Install it with
+``pip install ./ffi/python``; it looks for the library, in this order:
+
+1. ``$FAIRQ_LIB``, the library's path;
+2. an installed prefix (``ffi/c/install.sh PREFIX``): ``libfairq.so.0`` in the ``libdir`` that
+   ``pkg-config fairq`` names (so ``PKG_CONFIG_PATH`` selects a prefix), then in this Python's
+   ``sys.prefix/lib``, then wherever the dynamic linker finds it (``/usr/local/lib`` and the
+   other system directories, ``LD_LIBRARY_PATH``);
+3. the build tree, when this file is still in the repository: the freshest ``libfairq.so`` of
+   ``target/release`` and ``target/debug``.
+
+``library_path`` says which one was loaded.
 
     import fairq
     with fairq.Engine(enabled=True, max_in_flight=4) as q:
@@ -21,9 +30,14 @@ An ``Engine`` may be used from many threads at once (ctypes releases the GIL dur
 
 import ctypes
 import os
+import shutil
+import subprocess
+import sys
 from collections import namedtuple
 from ctypes import POINTER, Structure, byref, c_bool, c_char, c_char_p, c_int32, c_size_t
 from ctypes import c_uint32, c_uint64, c_void_p
+
+__version__ = "0.1.0"
 
 __all__ = [
     "Engine",
@@ -38,6 +52,7 @@ __all__ = [
     "status_name",
     "reason_name",
     "dimension_name",
+    "library_path",
 ]
 
 # ---------------------------------------------------------------------------- stable numbers
@@ -209,22 +224,58 @@ C_STRUCTS = {
 # ---------------------------------------------------------------------------- loading
 
 
+# The SONAME's major version: a library of another major has another ABI.
+_SONAME = "libfairq.so.0"
+
+
+def _pkg_config_libdir():
+    """The libdir of ``pkg-config fairq``, or None (no pkg-config, no fairq.pc)."""
+    if shutil.which("pkg-config") is None:
+        return None
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "fairq"], capture_output=True,
+                             text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
 def _find_library():
+    """The path (or SONAME) to load, and where it was found; see the module's docstring."""
     explicit = os.environ.get("FAIRQ_LIB")
     if explicit:
         return explicit
+    tried = []
+    for libdir in (_pkg_config_libdir(), os.path.join(sys.prefix, "lib")):
+        if libdir:
+            path = os.path.join(libdir, _SONAME)
+            if os.path.exists(path):
+                return path
+            tried.append(path)
+    try:
+        ctypes.CDLL(_SONAME)  # the dynamic linker's own search
+        return _SONAME
+    except OSError:
+        tried.append(_SONAME + " (dynamic linker)")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target")
-    candidates = [os.path.join(target, p, "libfairq.so") for p in ("release", "debug")]
-    found = [c for c in candidates if os.path.exists(c)]
-    if not found:
-        raise OSError(
-            "libfairq.so not found: build it with `cargo build --release`, or set FAIRQ_LIB"
-        )
-    return max(found, key=os.path.getmtime)  # the freshest build
+    if os.path.exists(os.path.join(root, "Cargo.toml")):
+        target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(root, "target")
+        candidates = [os.path.join(target, p, "libfairq.so") for p in ("release", "debug")]
+        found = [c for c in candidates if os.path.exists(c)]
+        if found:
+            return max(found, key=os.path.getmtime)  # the freshest build
+        tried += candidates
+    raise OSError(
+        "fairq's C library not found (tried %s): install it (ffi/c/install.sh PREFIX, then "
+        "PKG_CONFIG_PATH=PREFIX/lib/pkgconfig), build it (cargo build --release), or set "
+        "FAIRQ_LIB to its path" % ", ".join(tried)
+    )
 
 
-_lib = ctypes.CDLL(_find_library())
+library_path = _find_library()
+_lib = ctypes.CDLL(library_path)
 _E = c_void_p  # const fairq_engine *
 
 for _name, _res, _args in [

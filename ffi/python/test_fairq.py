@@ -26,6 +26,18 @@ class NamesAndVersion(unittest.TestCase):
                  for p in ("MAJOR", "MINOR", "PATCH")]
         self.assertEqual(fairq.version(), ".".join(parts))
 
+    def test_package_version_matches_header(self):
+        with open(os.path.join(ROOT, "include", "fairq.h")) as f:
+            header = f.read()
+        parts = [re.search(r"#define FAIRQ_VERSION_%s (\d+)" % p, header).group(1)
+                 for p in ("MAJOR", "MINOR", "PATCH")]
+        with open(os.path.join(ROOT, "ffi", "python", "pyproject.toml")) as f:
+            pyproject = f.read()
+        self.assertEqual(fairq.__version__, ".".join(parts))
+        self.assertIn('\nversion = "%s"\n' % fairq.__version__, pyproject)
+        self.assertTrue(os.path.exists(fairq.library_path) or "/" not in fairq.library_path,
+                        fairq.library_path)
+
     def test_constants_match_header(self):
         with open(os.path.join(ROOT, "include", "fairq.h")) as f:
             header = f.read()

@@ -1,5 +1,5 @@
 //! `fairq fleet-replica` (hidden, feature `fleet`): one gateway replica for the fleet harness
-//! (`cli/tests/fleet.rs`, issue 9). Fleet mode can only be judged with several real processes
+//! (`cli/tests/fleet.rs`). Fleet mode can only be judged with several real processes
 //! sharing a real Redis, so the harness spawns three of these and reads what they print.
 //!
 //! A replica is an [`fairq::Engine`] (`max_in_flight` 8 by default) fed by closed-loop flows and

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds nginx and ngx_http_fairq_module from an nginx source tree (an unpacked nginx-1.x.y
+# release), the way nginx is built with any third-party dynamic module:
+#
+#   cd nginx-1.x.y
+#   ./configure --with-compat --add-dynamic-module=/path/to/fairq/ffi/nginx [your options]
+#   make              # objs/nginx and objs/ngx_http_fairq_module.so
+#
+# This script runs exactly that, after building libfairq.a, and copies the two results out.
+# --with-compat makes the module loadable (load_module) into any nginx of the same version that
+# was also configured --with-compat, so MODULES_ONLY=1 (make modules) is enough for an nginx you
+# already run, built from the same release.
+#
+# Usage: ffi/nginx/build-from-source.sh NGINX_SRC [more configure options]
+#
+# Environment:
+#   BUILD_DIR    where objs/ and the results go   (default ffi/nginx/build/source; git-ignored)
+#   FAIRQ_FLEET  1: fleet mode (-DFAIRQ_FLEET, library with --features fleet); 0: without it
+#                (default 1)
+#   FAIRQ_LIB    a prebuilt libfairq.a            (default: cargo build --release -p fairq,
+#                with --features fleet when FAIRQ_FLEET=1)
+#   MODULES_ONLY 1: build only the module (make modules)   (default 0)
+#   JOBS         make -j                          (default 2)
+# Output: BUILD_DIR/nginx (unless MODULES_ONLY=1) and BUILD_DIR/ngx_http_fairq_module.so; the
+# module's path is printed last. Configure and make logs: BUILD_DIR/configure.log, make.log.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if [ $# -lt 1 ] || [ ! -x "$1/configure" ] || [ ! -d "$1/src/http" ]; then
+    echo "usage: ffi/nginx/build-from-source.sh NGINX_SRC [configure options]" >&2
+    echo "  NGINX_SRC: an unpacked nginx source release (with ./configure and src/http/)" >&2
+    exit 2
+fi
+src=$(cd "$1" && pwd)
+shift
+BUILD_DIR=${BUILD_DIR:-$here/build/source}
+FAIRQ_FLEET=${FAIRQ_FLEET:-1}
+MODULES_ONLY=${MODULES_ONLY:-0}
+JOBS=${JOBS:-2}
+case "$FAIRQ_FLEET" in 0|1) ;; *) echo "build-from-source.sh: FAIRQ_FLEET is 0 or 1" >&2; exit 2;; esac
+mkdir -p "$BUILD_DIR"
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+
+if [ -z "${FAIRQ_LIB:-}" ]; then
+    features=()
+    [ "$FAIRQ_FLEET" = 1 ] && features=(--features fleet)
+    (cd "$root" && cargo build --release -p fairq "${features[@]}" --quiet)
+    target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+    FAIRQ_LIB=$target_dir/release/libfairq.a
+fi
+[ -f "$FAIRQ_LIB" ] || { echo "build-from-source.sh: $FAIRQ_LIB not found" >&2; exit 1; }
+if [ "$FAIRQ_FLEET" = 1 ] \
+    && ! nm -g --defined-only "$FAIRQ_LIB" 2>/dev/null | grep ' T fairq_fleet_new$' >/dev/null; then
+    echo "build-from-source.sh: $FAIRQ_LIB has no fleet API: build it with --features fleet," \
+        "or set FAIRQ_FLEET=0" >&2
+    exit 1
+fi
+
+# ffi/nginx/config reads these: the header's folder, the library, fleet mode on or off.
+export FAIRQ_INCLUDE="$root/include" FAIRQ_LIB FAIRQ_FLEET
+cd "$src"
+echo "nginx $(sed -n 's/^#define NGINX_VERSION *"\(.*\)"/\1/p' src/core/nginx.h) from $src" >&2
+./configure --with-compat --add-dynamic-module="$here" --builddir="$BUILD_DIR/objs" "$@" \
+    >"$BUILD_DIR/configure.log" 2>&1 \
+    || { tail -30 "$BUILD_DIR/configure.log" >&2; exit 1; }
+goal=build
+[ "$MODULES_ONLY" = 1 ] && goal=modules
+make -j"$JOBS" -f "$BUILD_DIR/objs/Makefile" "$goal" >"$BUILD_DIR/make.log" 2>&1 \
+    || { tail -40 "$BUILD_DIR/make.log" >&2; exit 1; }
+grep -i "warning" "$BUILD_DIR/make.log" >&2 || true
+
+if [ "$MODULES_ONLY" != 1 ]; then
+    cp "$BUILD_DIR/objs/nginx" "$BUILD_DIR/nginx"
+fi
+cp "$BUILD_DIR/objs/ngx_http_fairq_module.so" "$BUILD_DIR/ngx_http_fairq_module.so"
+echo "$BUILD_DIR/ngx_http_fairq_module.so"
