@@ -139,20 +139,24 @@ impl TenantQueue {
     }
 
     /// The turn holder's next entry, when the tenant's `queued` count says one is due (it was
-    /// pushed before it was counted): the oldest handle, or one a compaction swept. Waits out a
+    /// pushed before it was counted): an entry a compaction swept, first, so `swept` never
+    /// builds up behind a ring that never runs dry; else the oldest handle. Waits out a
     /// compaction in progress (a bounded pass over the ring).
+    ///
+    /// A swept entry may stand for one whose producer has not counted it yet (a forged cancel
+    /// ended it between its push and its count): the holder then accounts one entry early, and
+    /// the producer's count, a few instructions later, activates the tenant again if need be.
     pub(crate) fn take_next(&self) -> Next {
         let backoff = Backoff::new();
         loop {
-            if let Some(value) = self.pop() {
-                return Next::Handle(value);
-            }
-            // Acquire: pairs with the compaction's Release (it counts before it unlocks).
-            let swept = self.swept.load(Ordering::Acquire);
-            if swept > 0 {
-                // Relaxed: only the turn holder takes from `swept`, so it cannot go below 0.
+            // Acquire: pairs with the compaction's Release of `head` (it counts before it
+            // unlocks). Relaxed decrement: only the turn holder takes from `swept`.
+            if self.swept.load(Ordering::Acquire) > 0 {
                 self.swept.fetch_sub(1, Ordering::Relaxed);
                 return Next::Swept;
+            }
+            if let Some(value) = self.pop() {
+                return Next::Handle(value);
             }
             backoff.snooze();
         }
@@ -310,8 +314,9 @@ mod loom_models {
             let mine = queue.compact(dead);
             let dropped = mine + other.join().unwrap();
             assert_eq!(dropped, 1, "the dead entry is dropped once");
-            assert_eq!(queue.take_next(), Next::Handle(2));
+            // Swept entries are taken first, then the live handle.
             assert_eq!(queue.take_next(), Next::Swept);
+            assert_eq!(queue.take_next(), Next::Handle(2));
             assert_eq!(drain(&queue), (vec![], 0));
         });
     }
