@@ -1,10 +1,11 @@
-//! Bulkheads (R18): optional per-downstream in-flight pools.
+//! Bulkheads: optional per-downstream in-flight pools. A feature of the core's seam
+//! (`core/hooks.rs`).
 //!
 //! A request names its downstream class (`Request::downstream`, 0..N). With
 //! `Config::downstream_max_in_flight` set, class `d` may have at most `downstream_max_in_flight[d]`
 //! grants out at once, on top of the global `max_in_flight`. So one slow or stuck backend holds
-//! at most its own pool's permits, and grants to the other classes keep flowing (R19: protect the
-//! downstream before being fair). Off (empty) by default: every request then shares the one global
+//! at most its own pool's permits, and grants to the other classes keep flowing (protecting a
+//! downstream comes before being fair). Off (empty) by default: every request then shares the one global
 //! pool and `downstream` is ignored.
 //!
 //! # How it meets readiness and SWRR
@@ -16,7 +17,7 @@
 //! blocked head, even for other downstreams, wait with it.
 //!
 //! Blocked tenants come back in O(1) per permit: `complete` and `cancel` give the permit back and
-//! re-place one blocked tenant of that pool. The blocker and the releaser use the store-buffer
+//! hand one blocked tenant of that pool back to the core, which places it. The blocker and the releaser use the store-buffer
 //! pattern with SeqCst fences (blocker: count, push, fence, read in-flight; releaser: decrement
 //! in-flight, fence, read count), so at least one of them sees the other and no tenant is
 //! forgotten in the ring while its pool has room. A blocked head's deadline still ends it on time:
@@ -25,9 +26,8 @@
 //!
 //! Everything is atomics and `ArrayQueue`s sized at build time: no lock, no allocation.
 
-use crate::engine::Engine;
+use crate::core::{Admit, SlotId};
 use crate::sync::{fence, ArrayQueue, AtomicU64, CachePadded, Ordering};
-use crate::ticket::TicketCell;
 
 /// Most downstream classes.
 pub const MAX_DOWNSTREAMS: usize = 64;
@@ -73,10 +73,6 @@ impl Bulkheads {
                 .collect(),
             earliest_deadline: CachePadded::new(AtomicU64::new(u64::MAX)),
         })
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.pools.len()
     }
 
     /// Takes a permit of pool `d`, if it has room.
@@ -128,119 +124,89 @@ impl Bulkheads {
     }
 }
 
-impl Engine {
-    /// The pools and the pool index of a request to `downstream`, or `None` with bulkheads off.
+impl Bulkheads {
+    /// The pool of a request to `downstream`. `check_downstream` keeps it in range at enqueue;
+    /// `min` is defensive only.
     #[inline]
-    fn pool_of(&self, downstream: u32) -> Option<(&Bulkheads, usize)> {
-        let pools = self.bulkheads.as_ref()?;
-        // `check_downstream` keeps it in range at enqueue; `min` is defensive only.
-        Some((pools, (downstream as usize).min(pools.len() - 1)))
+    fn pool_of(&self, downstream: u32) -> usize {
+        (downstream as usize).min(self.pools.len() - 1)
     }
 
-    /// Checks a request's `downstream` at enqueue: with bulkheads on it must name a pool.
+    /// Checks a request's `downstream` at enqueue: it must name a pool.
     pub(crate) fn check_downstream(&self, downstream: u32) -> Result<(), crate::types::Error> {
-        match &self.bulkheads {
-            Some(pools) if downstream as usize >= pools.len() => Err(
-                crate::types::Error::InvalidArgument("downstream must name a configured pool"),
-            ),
-            _ => Ok(()),
+        if downstream as usize >= self.pools.len() {
+            return Err(crate::types::Error::InvalidArgument(
+                "downstream must name a configured pool",
+            ));
         }
+        Ok(())
     }
 
-    /// The holder of tenant `t` (ready in `class`) is about to grant the head in `cell`: takes a
-    /// permit of the head's pool. If the pool is full the tenant leaves the ready set, blocks on
-    /// the pool and this returns false (the holder gives up the turn). Always true when off.
+    /// The holder is about to grant a head that goes to `downstream`: takes a permit of its pool.
     #[inline]
-    pub(crate) fn downstream_acquire(
-        &self,
-        t: u32,
-        class: u32,
-        cell: &TicketCell,
-        now: u64,
-    ) -> bool {
-        // Relaxed: written before the ticket was published (see ticket.rs).
-        let Some((pools, d)) = self.pool_of(cell.downstream.load(Ordering::Relaxed)) else {
-            return true;
-        };
-        if pools.try_acquire(d) {
-            return true;
+    pub(crate) fn admit(&self, downstream: u32) -> Admit {
+        if self.try_acquire(self.pool_of(downstream)) {
+            Admit::Yes
+        } else {
+            Admit::No
         }
-        self.leave_ready(t, class, now);
-        // Relaxed: written before the ticket was published.
-        let deadline = cell.deadline.load(Ordering::Relaxed);
-        if let Some(u) = pools.block(d, t, deadline) {
-            self.place(u, None, false, now);
-        }
-        false
     }
 
-    /// Gives back a permit of pool `downstream` (the grant's; no-op when off) and re-places one
-    /// tenant blocked on that pool.
+    /// Parks tenant `t`, whose head (due by `deadline`) waits for `downstream`'s pool; returns a
+    /// tenant to place again if the pool had room after all.
     #[inline]
-    pub(crate) fn downstream_release(&self, downstream: u32, now: u64) {
-        let Some((pools, d)) = self.pool_of(downstream) else {
-            return;
-        };
-        if let Some(u) = pools.release(d) {
-            self.place(u, None, false, now);
-        }
+    pub(crate) fn block_tenant(&self, t: SlotId, downstream: u32, deadline: u64) -> Option<SlotId> {
+        self.block(self.pool_of(downstream), t, deadline)
     }
 
-    /// In `next_grant`: once a blocked head's deadline has passed, re-places every blocked tenant
+    /// Gives back a permit of `downstream`'s pool; returns a blocked tenant to place again.
+    #[inline]
+    pub(crate) fn released(&self, downstream: u32) -> Option<SlotId> {
+        self.release(self.pool_of(downstream))
+    }
+
+    /// In `next_grant`: once a blocked head's deadline has passed, hands every blocked tenant back
     /// once, so expired heads are reported and the others block again.
-    #[inline]
-    pub(crate) fn downstream_expire(&self, now: u64) {
-        let Some(pools) = &self.bulkheads else {
-            return;
-        };
+    pub(crate) fn blocked_due(&self, now: u64, place: &mut dyn FnMut(SlotId)) {
         // Relaxed: see `Bulkheads::block`.
-        if pools.earliest_deadline.load(Ordering::Relaxed) >= now {
+        if self.earliest_deadline.load(Ordering::Relaxed) >= now {
             return;
         }
         // One caller wins the sweep; tenants that block again lower the word again.
-        if pools.earliest_deadline.swap(u64::MAX, Ordering::Relaxed) >= now {
+        if self.earliest_deadline.swap(u64::MAX, Ordering::Relaxed) >= now {
             return;
         }
-        for pool in pools.pools.iter() {
+        for pool in self.pools.iter() {
             // Bounded by the count seen now, so tenants that block again are not re-swept.
             let n = pool.waiting.load(Ordering::Relaxed);
             for _ in 0..n {
-                let Some(t) = self.pop_one(pool) else { break };
-                self.place(t, None, false, now);
+                let Some(t) = pool.blocked.pop() else { break };
+                // Relaxed: see `Pool::waiting`.
+                pool.waiting.fetch_sub(1, Ordering::Relaxed);
+                place(t);
             }
         }
     }
 
-    fn pop_one(&self, pool: &Pool) -> Option<u32> {
-        let t = pool.blocked.pop()?;
-        // Relaxed: see `Pool::waiting`.
-        pool.waiting.fetch_sub(1, Ordering::Relaxed);
-        Some(t)
-    }
-
     /// The earliest blocked deadline, for `next_wakeup_ns`.
-    pub(crate) fn downstream_wakeup(&self) -> Option<u64> {
-        let pools = self.bulkheads.as_ref()?;
+    pub(crate) fn wakeup(&self) -> Option<u64> {
         // Relaxed: a hint for the caller's timer.
-        let at = pools.earliest_deadline.load(Ordering::Relaxed);
+        let at = self.earliest_deadline.load(Ordering::Relaxed);
         (at != u64::MAX).then_some(at.saturating_add(1))
     }
 
-    /// Per pool: (in flight, tenants blocked, blocks so far). Empty with bulkheads off.
-    pub(crate) fn downstream_stats(&self) -> Vec<(u64, u64, u64)> {
-        self.bulkheads.as_ref().map_or_else(Vec::new, |pools| {
-            pools
-                .pools
-                .iter()
-                .map(|p| {
-                    // Relaxed: gauges and a counter.
-                    (
-                        p.in_flight.load(Ordering::Relaxed),
-                        p.waiting.load(Ordering::Relaxed),
-                        p.blocks.load(Ordering::Relaxed),
-                    )
-                })
-                .collect()
-        })
+    /// Per pool: (in flight, tenants blocked, blocks so far).
+    pub(crate) fn stats(&self) -> Vec<(u64, u64, u64)> {
+        self.pools
+            .iter()
+            .map(|p| {
+                // Relaxed: gauges and a counter.
+                (
+                    p.in_flight.load(Ordering::Relaxed),
+                    p.waiting.load(Ordering::Relaxed),
+                    p.blocks.load(Ordering::Relaxed),
+                )
+            })
+            .collect()
     }
 }

@@ -9,10 +9,7 @@ use crate::bulkhead::MAX_DOWNSTREAMS;
 use crate::identity::TenantDimension;
 use crate::policy::Policy;
 
-/// Largest weight a tenant may have.
-pub const MAX_WEIGHT: u32 = 10_000;
-/// Largest cost (in resource units) of one request.
-pub const MAX_COST: u32 = 1_000_000;
+pub use crate::limits::{MAX_COST, MAX_WEIGHT};
 /// Most weight classes (distinct weights in use) an engine can hold.
 pub const MAX_WEIGHT_CLASSES: u32 = 64;
 /// Most memory the fixed tables of one engine may take.
@@ -28,7 +25,7 @@ const MAX_TOP_K: u32 = 1_000;
 /// How an engine is sized and what it does. Build one with `Config::default()` and change fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Off by default (R1): a disabled engine refuses every request with `disabled`.
+    /// Off by default: a disabled engine refuses every request with `disabled`.
     pub enabled: bool,
     /// Tenant table capacity: most tenants with queued or in-flight requests. 1..=4194304.
     pub max_tenants: u32,
@@ -36,26 +33,30 @@ pub struct Config {
     pub tenant_queue_capacity: u32,
     /// Global bound on queued requests, all tenants together. 1..=16777216.
     pub queue_capacity: u32,
-    /// Most grants out at once (R6). 1..=1048576. Default 8.
+    /// Most grants out at once. 1..=1048576. Default 8.
     pub max_in_flight: u32,
     /// Weight of a tenant with no entry in the weight table. 1..=10000. Default 1.
     pub default_weight: u32,
-    /// Longest a request may wait in the queue, in ms (R8). 1..=86400000.
+    /// Longest a request may wait in the queue, in ms. 1..=86400000.
     pub max_wait_ms: u64,
-    /// Which identifier names the tenant (R4). Default `user`.
+    /// Which identifier names the tenant. Default `user`.
     pub tenant_dimension: TenantDimension,
     /// How long an idle tenant keeps its slot (and weight, counters) before a new tenant may take
     /// it, in ms. 0..=86400000. Default 1000.
     pub tenant_idle_ms: u64,
     /// Most distinct weights in use at once. 1..=64. Default 8.
     pub max_weight_classes: u32,
+    /// Fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio, starvation
+    /// window) and the engine-wide wait histogram. On by default; off saves a few atomic writes
+    /// per request (the `wait_seconds` histogram and the indicator families then leave the
+    /// metrics). The wait boost and the feedback controller need them.
+    pub indicators: bool,
     /// Tenants given their own fairness-indicator series in the Prometheus text: the top K by
     /// requests (the aggregate min/max covers every tenant). 0..=1000. Default 20.
     pub indicator_top_k: u32,
-    /// Weight tiers, starvation guard, wait boost, feedback controller (R17, R18). All off by
-    /// default.
+    /// Weight tiers, starvation guard, wait boost, feedback controller. All off by default.
     pub policy: Policy,
-    /// Bulkheads (R18): the most grants out at once for each downstream class, indexed by
+    /// Bulkheads: the most grants out at once for each downstream class, indexed by
     /// `Request::downstream`. Empty (the default): off, one shared pool. At most 64 classes, each
     /// 1..=`max_in_flight`.
     pub downstream_max_in_flight: Vec<u32>,
@@ -74,6 +75,7 @@ impl Default for Config {
             tenant_dimension: TenantDimension::User,
             tenant_idle_ms: 1_000,
             max_weight_classes: 8,
+            indicators: true,
             indicator_top_k: 20,
             policy: Policy::default(),
             downstream_max_in_flight: Vec::new(),
@@ -137,6 +139,15 @@ impl Config {
         check_range("indicator_top_k", self.indicator_top_k, 0, MAX_TOP_K)?;
         self.policy
             .validate(self.default_weight, self.max_weight_classes)?;
+        if !self.indicators && (self.policy.wait_boost.is_some() || self.policy.feedback.is_some())
+        {
+            return Err(ConfigError {
+                field: "indicators",
+                message: "the wait boost and the feedback controller need the fairness \
+                          indicators: turn them on, or the policies off"
+                    .to_string(),
+            });
+        }
         if self.downstream_max_in_flight.len() > MAX_DOWNSTREAMS {
             return Err(ConfigError {
                 field: "downstream_max_in_flight",
@@ -164,8 +175,8 @@ impl Config {
 
     /// Bytes the fixed tables take: tenant slots and queues, class rings, bulkhead rings, tickets.
     pub fn table_bytes(&self) -> u64 {
-        let tenants = crate::tenant::slot_count(self.max_tenants as usize) as u64;
-        let ring = crate::tenant::ring_capacity(self.tenant_queue_capacity as usize) as u64;
+        let tenants = crate::core::slot_count(self.max_tenants as usize) as u64;
+        let ring = crate::core::ring_capacity(self.tenant_queue_capacity as usize) as u64;
         let per_tenant = 640 + 16 * ring;
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
         let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
@@ -173,8 +184,18 @@ impl Config {
         tenants * per_tenant + rings + pools + tickets
     }
 
-    /// Number of ticket slots: everything queued plus everything in flight.
-    pub(crate) fn ticket_capacity(&self) -> usize {
-        self.queue_capacity as usize + self.max_in_flight as usize
+    /// The core's sizes and bounds.
+    pub(crate) fn core_limits(&self) -> crate::core::Limits {
+        crate::core::Limits {
+            max_tenants: self.max_tenants,
+            tenant_queue_capacity: self.tenant_queue_capacity,
+            queue_capacity: self.queue_capacity,
+            max_in_flight: self.max_in_flight,
+            default_weight: self.default_weight,
+            max_wait_ns: self.max_wait_ms.saturating_mul(crate::limits::MS),
+            tenant_idle_ns: self.tenant_idle_ms.saturating_mul(crate::limits::MS),
+            max_weight_classes: self.max_weight_classes,
+            pinned_weights: self.policy.tiers.iter().map(|t| t.weight).collect(),
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Fairness as numbers (R16): per-tenant wait p95, refusal rate, `fair_share_ratio` and
-//! `starvation_window`, kept in each tenant slot and read without locks.
+//! Fairness as numbers: per-tenant wait p95, refusal rate, `fair_share_ratio` and
+//! `starvation_window`, kept in a side table indexed by tenant slot and read without locks. A
+//! feature of the core's seam (`core/hooks.rs`); `Config::indicators` turns it off.
 //!
 //! # Definitions
 //! All per-tenant indicators are cumulative since the tenant took its slot (a slot is reused by
@@ -10,7 +11,7 @@
 //!   A tenant parked in the timing wheel, blocked on its pool, or idle is not ready.
 //! - **Wait.** The time from a request's first enqueue to its leaving the queue, by a grant or by
 //!   deadline expiry (`deadline_exceeded`). A requeued request is observed again when it leaves
-//!   again, with its wait counted from its first enqueue (R8). `wait_p95` is the 0.95 quantile of
+//!   again, with its wait counted from its first enqueue (waiting counts against its budget). `wait_p95` is the 0.95 quantile of
 //!   the tenant's fixed-bucket histogram (1 ms … 60 s), interpolated inside its bucket like
 //!   Prometheus' `histogram_quantile`.
 //! - **Refusal rate.** `refused / requests`, where `requests` counts the tenant's `enqueue` calls
@@ -20,7 +21,9 @@
 //!   request is refused at most once, so the rate is in `[0, 1]`. (`tenant_table_full`,
 //!   `no_tenant`, `not_queueable` and `disabled` refusals never reach a slot; they are in the
 //!   engine-wide `refused_total` only.)
-//! - **fair_share_ratio.** Actual over expected cost units, by weight, among ready tenants.
+//! - **fair_share_ratio.** Actual over expected cost units, by weight, among ready tenants. Cost
+//!   units are the ones the scheduler charged: a `complete` that corrects a request's cost
+//!   corrects both the tenant's granted cost and the service clock.
 //!   Every grant of cost `c`, made while the ready tenants' weights sum to `W` (the SWRR total of
 //!   that pick), *expects* `c · wᵢ / W` units for each ready tenant `i`. The engine keeps a
 //!   global service clock `S = Σ c / W` (fixed point, 2⁻⁴⁰), and a tenant accrues
@@ -37,19 +40,18 @@
 //!   completion), so a wheel wake-up adds at most one call's delay.
 //!
 //! # Cost on the hot path
-//! A grant adds one `fetch_add` to the service clock, which shares the cache line of the global
-//! queued count (also written by every grant), plus `Relaxed` stores to the tenant's slot, which
-//! the grant writes anyway, and one bucket `fetch_add` in the slot's wait histogram, which also
-//! feeds the engine-wide one (`histogram.rs`). Nothing allocates.
+//! A grant adds one `fetch_add` to the service clock, `Relaxed` stores to the tenant's side-table
+//! entry, and one bucket `fetch_add` in its wait histogram, which also feeds the engine-wide one
+//! (`histogram.rs`); an enqueue adds one `fetch_add` to the tenant's request count. Nothing
+//! allocates.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::engine::Engine;
+use crate::core::{Core, GrantEvent, Hooks, SlotId, TenantView};
 use crate::histogram::{quantile_ns, TenantWaits, BUCKETS};
 use crate::identity::TenantKey;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
-use crate::tenant::TenantSlot;
 
 /// `ready_since` of a tenant that is not ready.
 const NOT_READY: u64 = u64::MAX;
@@ -62,19 +64,9 @@ const WAIT_SHARDS: usize = 8;
 /// The quantile the wait indicator reports.
 const WAIT_QUANTILE: f64 = 0.95;
 
-/// The engine's queued-request count and the fair-share service clock, on one cache line: every
-/// grant writes both, so the clock costs no extra line transfer between cores.
-#[derive(Default)]
-pub(crate) struct QueuedLine {
-    /// Requests queued now, all tenants (the global bound).
-    pub(crate) count: AtomicU64,
-    /// `S`: Σ over grants of `cost / W_ready`, fixed point 2⁻⁴⁰. Wraps; only differences are used.
-    service: AtomicU64,
-}
-
-/// One tenant's fairness state, in its slot. Fields marked *holder* are written only by the
-/// thread holding the tenant's turn (see `engine.rs`), so plain `Relaxed` loads and stores do;
-/// readers of indicators accept a snapshot that may be one event stale. `repr(C)`: the fields
+/// One tenant's fairness state, in the side table. Fields marked *holder* are written only by
+/// the thread holding the tenant's turn (see `core/mod.rs`), so plain `Relaxed` loads and stores
+/// do; readers of indicators accept a snapshot that may be one event stale. `repr(C)`: the fields
 /// a grant writes share one line, ahead of the wait histogram.
 #[repr(C)]
 pub(crate) struct TenantFairness {
@@ -93,7 +85,11 @@ pub(crate) struct TenantFairness {
     arrival_refusals: AtomicU64,
     /// Queued requests that later ended refused (`deadline_exceeded`, requeue refused).
     refused_after_wait: AtomicU64,
-    /// The weight class (+1) holding this tenant's wait boost unit; 0 when not boosted.
+    /// Holder, never reset: the waits (ns) it recorded, all tenants of the slot; part of the
+    /// engine's `wait_sum_seconds`.
+    wait_sum_total: AtomicU64,
+    /// The weight class (+1) holding this tenant's wait boost unit; 0 when not boosted
+    /// (`policy.rs` owns it; here so a grant touches one line for both).
     pub(crate) boost: AtomicU32,
     /// Waits of this tenant's requests as they left the queue.
     waits: TenantWaits,
@@ -109,6 +105,7 @@ impl TenantFairness {
             requests: AtomicU64::new(0),
             arrival_refusals: AtomicU64::new(0),
             refused_after_wait: AtomicU64::new(0),
+            wait_sum_total: AtomicU64::new(0),
             boost: AtomicU32::new(0),
             waits: TenantWaits::new(),
         }
@@ -156,7 +153,7 @@ impl TenantFairness {
     }
 
     /// Holder: folds the expected share accrued since the last fold.
-    fn fold(&self, service: u64, weight: u32) {
+    fn fold(&self, service: u64, weight: u64) {
         // Relaxed loads and stores, no RMW: holder-owned fields (see the struct docs).
         let mark = self.service_mark.load(Ordering::Relaxed);
         self.service_mark.store(service, Ordering::Relaxed);
@@ -185,7 +182,7 @@ impl TenantFairness {
     }
 
     /// Holder: the tenant left its class's ready set (parked, blocked, idle).
-    pub(crate) fn left_ready(&self, now: u64, service: u64, weight: u32) {
+    pub(crate) fn left_ready(&self, now: u64, service: u64, weight: u64) {
         // Relaxed: holder-owned.
         let since = self.ready_since.load(Ordering::Relaxed);
         if since != NOT_READY {
@@ -196,7 +193,7 @@ impl TenantFairness {
     }
 
     /// Holder: the tenant was granted at `now`; `service` already includes this grant.
-    pub(crate) fn granted(&self, now: u64, service: u64, weight: u32) {
+    pub(crate) fn granted(&self, now: u64, service: u64, weight: u64) {
         // Relaxed: holder-owned.
         let since = self.ready_since.load(Ordering::Relaxed);
         if since == NOT_READY {
@@ -218,141 +215,133 @@ impl TenantFairness {
     }
 }
 
-/// `weight · Δservice`, from 2⁻⁴⁰ per weight unit to 2⁻¹⁶ cost units.
-/// A tenant's weight in the units of the SWRR totals: weight × its counted effective-weight
-/// factor (1024 = full weight), so expected shares follow fleet mode's scaling too.
-fn effective_weight(slot: &TenantSlot) -> u32 {
-    // Relaxed: a snapshot; the factor is written by the tenant's turn holder.
-    slot.weight
-        .load(Ordering::Relaxed)
-        .saturating_mul(slot.counted_factor.load(Ordering::Relaxed))
-}
-
-fn accrued(delta: u64, weight: u32) -> u64 {
+/// `weight · Δservice`, from 2⁻⁴⁰ per weight unit to 2⁻¹⁶ cost units. `weight` in the units of
+/// the SWRR gains (weight × factor, `FACTOR_ONE` = full weight).
+fn accrued(delta: u64, weight: u64) -> u64 {
     let units = (u128::from(delta) * u128::from(weight)) >> (SERVICE_SHIFT - EXPECTED_SHIFT);
     u64::try_from(units).unwrap_or(u64::MAX)
 }
 
-/// Engine-wide indicator state. The `wait_seconds` buckets are the sum of the slots' histograms;
-/// its sum is the slots' holder-written `wait_sum_total` plus these shards, which take the waits
-/// recorded by callers that do not hold the tenant's turn (`expire`).
-pub(crate) struct EngineFairness {
+/// The indicators feature: a side table of per-tenant state, the service clock, and the wait
+/// sums recorded by callers that do not hold a tenant's turn.
+pub(crate) struct Indicators {
+    tenants: Box<[TenantFairness]>,
+    /// `S`: Σ over grants of `cost / W_ready`, fixed point 2⁻⁴⁰. Wraps; only differences are used.
+    service: CachePadded<AtomicU64>,
+    /// Wait sums of `expire`/`cancel` callers (not the turn holder), sharded.
     wait_sums: Box<[CachePadded<AtomicU64>]>,
 }
 
-impl EngineFairness {
-    pub(crate) fn new() -> EngineFairness {
-        EngineFairness {
+impl Indicators {
+    /// Indicators for a table of `slots` tenant slots.
+    pub(crate) fn new(slots: usize) -> Indicators {
+        Indicators {
+            tenants: (0..slots).map(|_| TenantFairness::new()).collect(),
+            service: CachePadded::new(AtomicU64::new(0)),
             wait_sums: (0..WAIT_SHARDS).map(|_| CachePadded::default()).collect(),
         }
     }
-}
 
-// ------------------------------------------------------------------ engine hooks
+    /// Slot `t`'s entry.
+    pub(crate) fn tenant(&self, t: SlotId) -> &TenantFairness {
+        &self.tenants[t as usize]
+    }
 
-impl Engine {
     /// The service clock now.
     fn service_now(&self) -> u64 {
         // Relaxed: a statistic; the turn holder orders its own fold.
-        self.queued.service.load(Ordering::Relaxed)
+        self.service.load(Ordering::Relaxed)
     }
 
-    /// Advances the service clock by one grant of `cost` made with ready weight `total`.
-    fn service_advance(&self, cost: u32, total: i64) -> u64 {
+    /// Advances the service clock by `cost` units granted while the ready weight was `total`.
+    fn service_advance(&self, cost: i64, total: i64) -> u64 {
         let total = u64::try_from(total).unwrap_or(0).max(1);
-        let step = (u64::from(cost) << SERVICE_SHIFT) / total;
+        // Two's complement: a negative correction steps the clock back.
+        let step = ((i128::from(cost) << SERVICE_SHIFT) / i128::from(total)) as u64;
         // Relaxed: a counter; differences of it are all that is used.
-        self.queued
-            .service
+        self.service
             .fetch_add(step, Ordering::Relaxed)
             .wrapping_add(step)
     }
 
-    /// The holder makes tenant `t` ready in `class` (it was not ready).
-    pub(crate) fn enter_ready(&self, t: u32, class: u32, now: u64) {
-        self.tenants
-            .slot(t)
-            .fair
-            .became_ready(now, self.service_now());
-        self.classes.make_ready(class, t, self.tenants.slot(t));
-    }
-
-    /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).
-    pub(crate) fn leave_ready(&self, t: u32, class: u32, now: u64) {
-        let slot = self.tenants.slot(t);
-        let weight = effective_weight(slot);
-        slot.fair.left_ready(now, self.service_now(), weight);
-        self.end_boost(slot);
-        self.classes.leave(class, slot);
-    }
-
-    /// The holder granted tenant `t`'s head: cost, the SWRR total of the pick, the wait.
-    pub(crate) fn on_grant(
-        &self,
-        t: u32,
-        class: u32,
-        cost: u32,
-        total: i64,
-        waited_ns: u64,
-        now: u64,
-    ) {
-        let slot = self.tenants.slot(t);
-        let service = self.service_advance(cost, total);
-        let weight = effective_weight(slot);
-        slot.fair.granted(now, service, weight);
-        self.record_wait(t, waited_ns, None);
-        self.end_boost(slot);
-        self.guard_note_grant(class, now);
-    }
-
-    /// A request of tenant `t` left the queue after `waited_ns`. `spread` is `None` for the
-    /// tenant's turn holder, which owns the slot's wait sum, else a ticket index that picks the
-    /// shard the wait sum goes to.
-    fn record_wait(&self, t: u32, waited_ns: u64, spread: Option<u64>) {
-        let slot = self.tenants.slot(t);
-        slot.fair.on_wait(waited_ns);
-        match spread {
-            None => {
-                // Relaxed load + store: holder-owned, like `TenantSlot::granted`.
-                let sum = slot.wait_sum_total.load(Ordering::Relaxed);
-                slot.wait_sum_total
-                    .store(sum.wrapping_add(waited_ns), Ordering::Relaxed);
-            }
-            Some(spread) => {
-                // Relaxed: statistics.
-                self.fair.wait_sums[(spread as usize) % WAIT_SHARDS]
-                    .fetch_add(waited_ns, Ordering::Relaxed);
-            }
+    /// A request of slot `t` left the queue after `waited_ns`. `holder`: the caller holds the
+    /// tenant's turn and owns the slot's wait sum; else `spread` picks a shard.
+    fn record_wait(&self, t: SlotId, waited_ns: u64, holder: bool, spread: u64) {
+        let fair = self.tenant(t);
+        fair.on_wait(waited_ns);
+        if holder {
+            // Relaxed load + store: holder-owned.
+            let sum = fair.wait_sum_total.load(Ordering::Relaxed);
+            fair.wait_sum_total
+                .store(sum.wrapping_add(waited_ns), Ordering::Relaxed);
+        } else {
+            // Relaxed: statistics.
+            self.wait_sums[(spread as usize) % WAIT_SHARDS].fetch_add(waited_ns, Ordering::Relaxed);
         }
     }
 
-    /// A queued request of tenant `t` ended refused after waiting `waited_ns`; `expired` when
-    /// it left the queue by its deadline (a wait observation), not by a refused requeue. `spread`
-    /// as in `record_wait`.
-    pub(crate) fn on_refused_after_wait(
+    pub(crate) fn claimed(&self, t: SlotId) {
+        self.tenant(t).reset();
+    }
+
+    pub(crate) fn request(&self, t: SlotId) {
+        self.tenant(t).on_request();
+    }
+
+    pub(crate) fn refused_on_arrival(&self, t: SlotId) {
+        self.tenant(t).on_refused_on_arrival();
+    }
+
+    pub(crate) fn refused_after_wait(
         &self,
-        t: u32,
+        t: SlotId,
         waited_ns: u64,
-        spread: Option<u64>,
         expired: bool,
+        holder: bool,
+        spread: u64,
     ) {
-        self.tenants.slot(t).fair.on_refused_after_wait();
+        self.tenant(t).on_refused_after_wait();
         if expired {
-            self.record_wait(t, waited_ns, spread);
+            self.record_wait(t, waited_ns, holder, spread);
+        }
+    }
+
+    pub(crate) fn became_ready(&self, t: SlotId, now: u64) {
+        self.tenant(t).became_ready(now, self.service_now());
+    }
+
+    pub(crate) fn left_ready(&self, t: SlotId, weight: u64, now: u64) {
+        self.tenant(t).left_ready(now, self.service_now(), weight);
+    }
+
+    pub(crate) fn granted(&self, g: &GrantEvent) {
+        let service = self.service_advance(i64::from(g.cost), g.total);
+        self.tenant(g.slot).granted(g.now, service, g.weight);
+        self.record_wait(g.slot, g.waited_ns, true, 0);
+    }
+
+    /// A cost correction moves the service clock like a grant of `delta` units would have.
+    pub(crate) fn cost_corrected(&self, delta: i64, total: i64) {
+        self.service_advance(delta, total);
+    }
+
+    pub(crate) fn prefetch(&self, t: SlotId) {
+        if let Some(fair) = self.tenants.get(t as usize) {
+            crate::sync::prefetch(fair, 64);
         }
     }
 
     /// The engine-wide `wait_seconds` histogram: per-bucket counts and the sum of waits (ns).
-    /// Reads every slot: O(tenant slots), for scrapes, not the hot path.
+    /// O(tenant slots), for scrapes, not the hot path.
     pub(crate) fn wait_snapshot(&self) -> ([u64; BUCKETS], u64) {
         let mut counts = [0u64; BUCKETS];
         let mut sum_ns = 0u64;
-        for slot in self.tenants.slots() {
-            slot.fair.waits.add_lifetime_into(&mut counts);
+        for fair in self.tenants.iter() {
+            fair.waits.add_lifetime_into(&mut counts);
             // Relaxed: a snapshot of statistics.
-            sum_ns = sum_ns.wrapping_add(slot.wait_sum_total.load(Ordering::Relaxed));
+            sum_ns = sum_ns.wrapping_add(fair.wait_sum_total.load(Ordering::Relaxed));
         }
-        for shard in self.fair.wait_sums.iter() {
+        for shard in self.wait_sums.iter() {
             sum_ns = sum_ns.wrapping_add(shard.load(Ordering::Relaxed));
         }
         (counts, sum_ns)
@@ -361,7 +350,7 @@ impl Engine {
 
 // ------------------------------------------------------------------ reading indicators
 
-/// One tenant's fairness indicators (R16), cumulative since it took its slot. See the module
+/// One tenant's fairness indicators, cumulative since it took its slot. See the module
 /// docs of `indicators.rs` (and the README) for the exact definitions.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TenantIndicators {
@@ -421,7 +410,7 @@ impl MinMax {
 }
 
 /// Indicators over every tenant that holds a slot. `None` where no tenant has the indicator.
-/// The seed's alerts read straight off it: `fair_share_ratio.min < 0.7`,
+/// The usual alerts read straight off it: `fair_share_ratio.min < 0.7`,
 /// `starvation_current_seconds.max > 30`, `refusal_rate.max - refusal_rate.min > 0.15`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FairnessAggregate {
@@ -448,41 +437,30 @@ pub struct FairnessReport {
     pub aggregate: FairnessAggregate,
 }
 
-impl Engine {
-    /// One tenant's indicators, if it holds a slot. Reads the monotonic clock.
-    pub fn tenant_indicators(&self, key: TenantKey) -> Option<TenantIndicators> {
-        self.tenant_indicators_at(key, crate::clock::now_ns())
-    }
-
+impl Indicators {
     /// One tenant's indicators at `now` (monotonic ns), if it holds a slot. Lock-free: pins the
     /// slot (so it cannot be reused meanwhile) and reads its atomics.
-    pub fn tenant_indicators_at(&self, key: TenantKey, now: u64) -> Option<TenantIndicators> {
-        let t = self.tenants.pin_existing(key.get())?;
-        let out = self.read_indicators(self.tenants.slot(t), now);
-        self.tenants.release(t, crate::tenant::LIVE_ONE, 0);
-        Some(out)
+    pub(crate) fn tenant_at<H: Hooks>(
+        &self,
+        core: &Core<H>,
+        key: TenantKey,
+        now: u64,
+    ) -> Option<TenantIndicators> {
+        core.with_tenant(key, |view| self.read(&view, now))
     }
 
-    /// The top `indicator_top_k` tenants by requests and the aggregate over all tenants, at the
-    /// monotonic clock's now.
-    pub fn fairness_report(&self) -> FairnessReport {
-        self.fairness_report_at(crate::clock::now_ns())
-    }
-
-    /// `fairness_report` at `now`. Scans the tenant table once (O(max_tenants), off the hot
-    /// path, no lock): slots are read without pinning, so a slot reused during the scan may show
-    /// a mixed snapshot for that one tenant.
-    pub fn fairness_report_at(&self, now: u64) -> FairnessReport {
-        let k = self.config.indicator_top_k as usize;
+    /// The top `k` tenants by requests and the aggregate over all tenants, at `now`. Scans the
+    /// tenant table once (O(max_tenants), off the hot path, no lock): slots are read without
+    /// pinning, so a slot reused during the scan may show a mixed snapshot for that one tenant.
+    pub(crate) fn report_at<H: Hooks>(&self, core: &Core<H>, k: usize, now: u64) -> FairnessReport {
         let mut aggregate = FairnessAggregate::default();
         // A min-heap of the K largest (requests, slot index): O(n log K), K entries of memory.
         let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(k + 1);
-        for (index, slot) in self.tenants.slots().iter().enumerate() {
-            // Relaxed: a snapshot; see the method docs.
-            if slot.key.load(Ordering::Relaxed) == 0 {
+        for t in 0..core.slot_count() as SlotId {
+            let Some(view) = core.tenant_view(t) else {
                 continue;
-            }
-            let ind = self.read_indicators(slot, now);
+            };
+            let ind = self.read(&view, now);
             aggregate.tenants += 1;
             if let Some(r) = ind.fair_share_ratio {
                 MinMax::add(&mut aggregate.fair_share_ratio, r);
@@ -502,7 +480,7 @@ impl Engine {
                 ind.starvation_longest_ns as f64 / 1e9,
             );
             if k > 0 {
-                heap.push(Reverse((ind.requests, index as u32)));
+                heap.push(Reverse((ind.requests, t)));
                 if heap.len() > k {
                     heap.pop();
                 }
@@ -512,18 +490,15 @@ impl Engine {
         picked.sort_unstable(); // `Reverse`: most requests first
         let top = picked
             .into_iter()
-            .map(|Reverse((_, index))| {
-                self.read_indicators(&self.tenants.slots()[index as usize], now)
-            })
+            .filter_map(|Reverse((_, t))| core.tenant_view(t).map(|view| self.read(&view, now)))
             .collect();
         FairnessReport { top, aggregate }
     }
 
-    pub(crate) fn read_indicators(&self, slot: &TenantSlot, now: u64) -> TenantIndicators {
+    /// The indicators of the tenant in `view` at `now`.
+    pub(crate) fn read(&self, view: &TenantView, now: u64) -> TenantIndicators {
         // Relaxed everywhere: indicators are a snapshot (see the module docs).
-        let fair = &slot.fair;
-        let weight = slot.weight.load(Ordering::Relaxed);
-        let class = slot.class.load(Ordering::Relaxed);
+        let fair = self.tenant(view.slot);
         let requests = fair.requests.load(Ordering::Relaxed);
         let refused = fair
             .arrival_refusals
@@ -536,23 +511,23 @@ impl Engine {
             let mark = fair.service_mark.load(Ordering::Relaxed);
             expected = expected.saturating_add(accrued(
                 self.service_now().wrapping_sub(mark),
-                effective_weight(slot),
+                view.effective_weight,
             ));
         }
         let expected_cost = expected as f64 / f64::from(1u32 << EXPECTED_SHIFT);
-        let granted_cost = slot.granted_cost.load(Ordering::Relaxed);
+        let granted_cost = view.granted_cost;
         let counts = fair.waits.counts();
         let current = since.map_or(0, |s| now.saturating_sub(s));
         TenantIndicators {
-            tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
-            weight,
-            effective_weight: self.classes.weight(class),
+            tenant: view.key,
+            weight: view.weight,
+            effective_weight: view.class_weight,
             boosted: fair.boost.load(Ordering::Relaxed) != 0,
             ready: since.is_some(),
             requests,
             refused,
             refusal_rate: (requests > 0).then(|| refused as f64 / requests as f64),
-            granted: slot.granted(),
+            granted: view.granted,
             granted_cost,
             expected_cost,
             fair_share_ratio: (expected_cost >= 1.0).then(|| granted_cost as f64 / expected_cost),

@@ -28,7 +28,10 @@ pub mod broken;
 mod bulkhead;
 mod clock;
 mod config;
+// The scheduler core; features plug in through its hooks seam.
+mod core;
 mod engine;
+mod features;
 #[cfg(feature = "fleet")]
 pub mod fleet;
 // The C ABI: the one module besides the lock-free cells allowed `unsafe` (raw pointers from C).
@@ -37,32 +40,28 @@ pub mod ffi;
 mod histogram;
 mod identity;
 mod indicators;
+mod limits;
 mod metrics;
 mod policy;
-mod ring;
-mod sched;
 mod sync;
-mod tenant;
-mod ticket;
 mod types;
 mod weights;
 
 pub use bulkhead::MAX_DOWNSTREAMS;
 pub use clock::now_ns;
 pub use config::{Config, ConfigError, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
-pub use engine::{Engine, FleetTenant, MIN_FLEET_FACTOR};
+pub use core::FleetTenant;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use core::{set_full_rings, with_batched_picks};
+pub use engine::Engine;
 pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
 pub use indicators::{FairnessAggregate, FairnessReport, MinMax, TenantIndicators};
+pub use limits::MIN_FLEET_FACTOR;
 pub use policy::{
     FeedbackController, Policy, StarvationGuard, TickReport, Tier, WaitBoost, MAX_TIERS,
     MAX_TIER_NAME,
 };
-#[cfg(loom)]
-#[doc(hidden)]
-pub use ring::set_full_rings;
-#[cfg(loom)]
-#[doc(hidden)]
-pub use sched::with_batched_picks;
 pub use types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
     Stats, Ticket,

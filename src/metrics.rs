@@ -1,16 +1,16 @@
 //! Prometheus text exposition (format 0.0.4) of the engine's gauges, counters, wait histogram
-//! and fairness indicators (R11, R16).
+//! and fairness indicators, rendered from the engine's reading API (never a tenant slot).
 //!
 //! Rendered from atomics only (sharded counters, histogram buckets, tenant slots): rendering takes
 //! no lock and never blocks or slows the hot path. It allocates the output text, off the hot path.
 //!
 //! # Families
-//! The R11 names, exactly:
+//! The required names, exactly:
 //! - `rate_limit_fair_queue_depth` (gauge): requests queued now.
 //! - `rate_limit_fair_queue_tenants` (gauge): tenants with queued or in-flight requests now.
 //! - `rate_limit_fair_queue_wait_seconds{tenant_dimension}` (histogram, buckets 1 ms … 60 s):
 //!   the wait of each request as it leaves the queue (granted or `deadline_exceeded`), from its
-//!   first enqueue.
+//!   first enqueue. Observed by the fairness indicators: absent when `Config::indicators` is off.
 //! - `rate_limit_fair_queue_grants_total{tenant_dimension}` (counter).
 //! - `rate_limit_fair_queue_refused_total{tenant_dimension,reason}` (counter): one series for
 //!   every reason code, the five queue reasons, the immediate ones (`not_queueable`, `no_tenant`,
@@ -35,29 +35,21 @@ const P: &str = "rate_limit_fair_queue";
 /// A family rendered from a list of items: name, type, help, and the value of one item.
 type Family<T, V> = (&'static str, &'static str, &'static str, fn(&T) -> V);
 
-impl Engine {
-    /// Renders the metrics in the Prometheus text format (version 0.0.4), at the monotonic
-    /// clock's now.
-    pub fn prometheus_text(&self) -> String {
-        self.prometheus_text_at(crate::clock::now_ns())
-    }
+/// Appends the engine's Prometheus text to `out`, with starvation windows measured at `now`.
+pub(crate) fn write(engine: &Engine, out: &mut String, now: u64) {
+    Render { engine }.write(out, now);
+}
 
-    /// `prometheus_text` with starvation windows measured at `now` (monotonic ns).
-    pub fn prometheus_text_at(&self, now: u64) -> String {
-        let mut out = String::with_capacity(4096);
-        self.write_prometheus_at(&mut out, now);
-        out
-    }
+/// Renders from the engine's reading API only: never a tenant slot.
+struct Render<'a> {
+    engine: &'a Engine,
+}
 
-    /// Appends the Prometheus text to `out`, at the monotonic clock's now.
-    pub fn write_prometheus(&self, out: &mut String) {
-        self.write_prometheus_at(out, crate::clock::now_ns());
-    }
-
-    /// Appends the Prometheus text to `out`, with starvation windows measured at `now`.
-    pub fn write_prometheus_at(&self, out: &mut String, now: u64) {
-        let stats = self.stats();
-        let dim = self.config.tenant_dimension.as_str();
+impl Render<'_> {
+    fn write(&self, out: &mut String, now: u64) {
+        let engine = self.engine;
+        let stats = engine.stats();
+        let dim = engine.config().tenant_dimension.as_str();
         let d = format!("tenant_dimension=\"{dim}\"");
         family(
             out,
@@ -81,27 +73,30 @@ impl Engine {
         );
         sample(out, "in_flight", "", stats.in_flight as f64);
 
-        family(
-            out,
-            "wait_seconds",
-            "histogram",
-            "Time from first enqueue to leaving the queue (granted or deadline_exceeded).",
-        );
-        let (counts, sum_ns) = self.wait_snapshot();
-        let mut cumulative = 0u64;
-        for (i, count) in counts.iter().enumerate() {
-            cumulative += count;
-            let le = BOUNDS_LE.get(i).copied().unwrap_or("+Inf");
-            debug_assert!(i < BUCKETS);
-            sample(
+        // Observed by the fairness indicators: absent when they are off.
+        if let Some(wait) = engine.wait_histogram() {
+            family(
                 out,
-                "wait_seconds_bucket",
-                &format!("{d},le=\"{le}\""),
-                cumulative as f64,
+                "wait_seconds",
+                "histogram",
+                "Time from first enqueue to leaving the queue (granted or deadline_exceeded).",
             );
+            let (counts, sum_ns) = wait;
+            let mut cumulative = 0u64;
+            for (i, count) in counts.iter().enumerate() {
+                cumulative += count;
+                let le = BOUNDS_LE.get(i).copied().unwrap_or("+Inf");
+                debug_assert!(i < BUCKETS);
+                sample(
+                    out,
+                    "wait_seconds_bucket",
+                    &format!("{d},le=\"{le}\""),
+                    cumulative as f64,
+                );
+            }
+            sample(out, "wait_seconds_sum", &d, sum_ns as f64 / 1e9);
+            sample(out, "wait_seconds_count", &d, cumulative as f64);
         }
-        sample(out, "wait_seconds_sum", &d, sum_ns as f64 / 1e9);
-        sample(out, "wait_seconds_count", &d, cumulative as f64);
 
         family(
             out,
@@ -130,7 +125,13 @@ impl Engine {
     }
 
     fn write_indicators(&self, out: &mut String, d: &str, now: u64) {
-        let report = self.fairness_report_at(now);
+        if self.engine.config().indicators {
+            let report = self.engine.fairness_report_at(now);
+            self.write_report(out, d, &report);
+        }
+    }
+
+    fn write_report(&self, out: &mut String, d: &str, report: &crate::indicators::FairnessReport) {
         let top = &report.top;
         let per_tenant: [Family<TenantIndicators, Option<f64>>; 6] = [
             (
@@ -253,7 +254,7 @@ impl Engine {
     }
 
     fn write_policies(&self, out: &mut String, d: &str) {
-        let policy = &self.config.policy;
+        let policy = &self.engine.config().policy;
         if policy.wait_boost.is_some() {
             family(
                 out,
@@ -261,7 +262,12 @@ impl Engine {
                 "gauge",
                 "Tenants holding a +1 wait boost now.",
             );
-            sample(out, "boosted_tenants", d, self.policy.boosted() as f64);
+            sample(
+                out,
+                "boosted_tenants",
+                d,
+                self.engine.boosted_tenants() as f64,
+            );
         }
         if policy.starvation_guard.is_some() {
             family(
@@ -274,10 +280,10 @@ impl Engine {
                 out,
                 "guard_grants_total",
                 d,
-                self.policy.guard_grants() as f64,
+                self.engine.guard_grants() as f64,
             );
         }
-        let pools = self.downstream_stats();
+        let pools = self.engine.downstream_stats();
         if pools.is_empty() {
             return;
         }

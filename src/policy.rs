@@ -1,15 +1,15 @@
-//! Weight policy (R17) and slow feedback (R18): tiers, a starvation guard, a temporary wait
-//! boost, and a feedback controller. Every policy is off by default and every knob is bounded and
+//! Weight policy and slow feedback: tiers, a starvation guard, a temporary wait boost, and a
+//! feedback controller. A feature of the core's seam (`core/hooks.rs`). Every policy is off by default and every knob is bounded and
 //! checked by `Config::validate`.
 //!
 //! # Weight tiers
-//! `Policy::tiers` names weights (Enterprise 8, Pro 4, Starter 2, Free 1 in the seed).
+//! `Policy::tiers` names weights (for example Enterprise 8, Pro 4, Starter 2, Free 1).
 //! `Engine::set_tier(raw_id, "pro")` sets a tenant's weight to its tier's. The tiers' weight
 //! classes are created when the engine is built, so assigning a tier never fails for want of a
 //! class.
 //!
 //! # Starvation guard (minimum service per weight class)
-//! The seed asks that even a weight-1 tier keep a minimum quota: the larger of N grants a minute
+//! Even a weight-1 tier keeps a minimum quota: the larger of N grants a minute
 //! or P % of all grants. fairq applies it to each **weight class** (the tenants of one weight,
 //! i.e. one tier), whose tenants share it round robin; a weight-1 tenant alone in its class gets
 //! all of it. A class with ready tenants is *due* when it has had no grant for `60 s / N`, or for
@@ -39,27 +39,25 @@
 //! `[weight × floor_percent, weight × ceiling_percent]` (and 1..=10000). The effective weight is
 //! the tenant's weight class; its configured weight (and so its expected share) is unchanged.
 //! `set_weight` or `replace_weights` resets it to the configured weight. A nudge that would need a
-//! new weight class beyond `max_weight_classes` is skipped (classes are never freed).
+//! new weight class beyond `max_weight_classes` is skipped.
 //!
 //! With the guard and boost off (the default), `next_grant` runs plain SWRR: the window
 //! guarantee holds exactly.
 
 use std::fmt;
 
-use crate::config::{ConfigError, MAX_WEIGHT};
-use crate::engine::Engine;
-use crate::identity::TenantKey;
+use crate::config::ConfigError;
+use crate::core::{ClassId, ClassView, Core, Hooks, SlotId};
+use crate::indicators::{Indicators, TenantFairness};
+use crate::limits::{MAX_WEIGHT, MS};
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Mutex, Ordering};
-use crate::tenant::{TenantSlot, LIVE_ONE};
-use crate::types::Error;
 
-const MS: u64 = 1_000_000;
 /// Most tiers.
 pub const MAX_TIERS: usize = 16;
 /// Longest tier name, in bytes.
 pub const MAX_TIER_NAME: usize = 32;
 
-/// A named weight (R17).
+/// A named weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tier {
     /// ASCII letters, digits, `_` or `-`, 1..=32 bytes; matched case-insensitively.
@@ -89,7 +87,7 @@ pub struct StarvationGuard {
 }
 
 impl Default for StarvationGuard {
-    /// The seed's values: 30 a minute or 3 %.
+    /// 30 a minute or 3 %.
     fn default() -> Self {
         StarvationGuard {
             min_grants_per_minute: 30,
@@ -101,7 +99,7 @@ impl Default for StarvationGuard {
 /// A temporary +1 weight for a tenant that waited (ready, unserved) longer than `after_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitBoost {
-    /// 1000..=3600000. The seed: 20000.
+    /// 1000..=3600000. Default 20000.
     pub after_ms: u64,
     /// Most tenants boosted at once: 1..=65536.
     pub max_boosted: u32,
@@ -116,10 +114,10 @@ impl Default for WaitBoost {
     }
 }
 
-/// The slow weight controller (R18), run by `Engine::tick`.
+/// The slow weight controller, run by `Engine::tick`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FeedbackController {
-    /// 60000..=3600000 (1 min to 1 h). Default 300000 (the seed: 5 to 10 min).
+    /// 60000..=3600000 (1 min to 1 h). Default 300000 (5 min).
     pub period_ms: u64,
     /// Lowest effective weight, in % of the configured weight: 10..=100. Default 50.
     pub floor_percent: u32,
@@ -161,8 +159,15 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The seed's tiers: Enterprise 8, Pro 4, Starter 2, Free 1.
+    /// The former name of [`Policy::standard_tiers`].
+    #[deprecated(note = "renamed to `standard_tiers`")]
+    #[doc(hidden)]
     pub fn seed_tiers() -> Vec<Tier> {
+        Policy::standard_tiers()
+    }
+
+    /// Four common tiers: Enterprise 8, Pro 4, Starter 2, Free 1.
+    pub fn standard_tiers() -> Vec<Tier> {
         vec![
             Tier::new("enterprise", 8),
             Tier::new("pro", 4),
@@ -374,6 +379,7 @@ struct TickState {
 pub(crate) struct PolicyState {
     guard: Option<GuardState>,
     boost: Option<BoostState>,
+    feedback: Option<FeedbackController>,
     tick: Mutex<TickState>,
 }
 
@@ -397,8 +403,21 @@ impl PolicyState {
                 max_boosted: b.max_boosted,
                 boosted: AtomicU32::new(0),
             }),
+            feedback: policy.feedback,
             tick: Mutex::new(TickState::default()),
         }
+    }
+
+    /// Whether the guard is on (grants are noted only then).
+    #[inline]
+    pub(crate) fn guard_on(&self) -> bool {
+        self.guard.is_some()
+    }
+
+    /// Whether the wait boost is on.
+    #[inline]
+    pub(crate) fn boost_on(&self) -> bool {
+        self.boost.is_some()
     }
 
     /// Tenants holding a wait boost now.
@@ -420,21 +439,18 @@ impl PolicyState {
 
 // ------------------------------------------------------------------ hot-path hooks
 
-impl Engine {
-    /// The starvation guard's pick: the due weight class that waited longest, and the SWRR total
-    /// (ready weight) for the service clock. `None` when the guard is off or no class is due.
-    pub(crate) fn guard_due(&self, now: u64) -> Option<(usize, i64)> {
-        let guard = self.policy.guard.as_ref()?;
+impl PolicyState {
+    /// The starvation guard's pick: the due weight class that waited longest. `None` when the
+    /// guard is off or no class is due.
+    pub(crate) fn due_class(&self, classes: &ClassView<'_>, now: u64) -> Option<ClassId> {
+        let guard = self.guard.as_ref()?;
         // Relaxed: the marks are heuristics; a stale one delays or advances one guard grant.
         let seq = guard.seq.load(Ordering::Relaxed);
-        let mut total = 0i64;
         let mut due: Option<(usize, u64)> = None;
-        for c in 0..self.classes.allocated_count() {
-            let gain = self.classes.gain(c);
-            if gain <= 0 {
+        for c in 0..classes.count() {
+            if classes.gain(c) <= 0 {
                 continue;
             }
-            total += gain;
             let mark = &guard.classes[c];
             let last_seq = mark.last_seq.load(Ordering::Relaxed);
             let last_ns = mark.last_ns.load(Ordering::Relaxed);
@@ -444,12 +460,12 @@ impl Engine {
                 due = Some((c, last_seq));
             }
         }
-        due.map(|(c, _)| (c, total))
+        due.map(|(c, _)| c as ClassId)
     }
 
     /// The guard made a grant out of SWRR order.
-    pub(crate) fn guard_served(&self) {
-        if let Some(guard) = &self.policy.guard {
+    pub(crate) fn served_out_of_turn(&self) {
+        if let Some(guard) = &self.guard {
             // Relaxed: a counter.
             guard.guard_grants.fetch_add(1, Ordering::Relaxed);
         }
@@ -457,9 +473,9 @@ impl Engine {
 
     /// Every grant: class `class` was served at `now` (only kept while the guard is on).
     #[inline]
-    pub(crate) fn guard_note_grant(&self, class: u32, now: u64) {
-        if let Some(guard) = &self.policy.guard {
-            // Relaxed: see `guard_due`.
+    pub(crate) fn note_grant(&self, class: ClassId, now: u64) {
+        if let Some(guard) = &self.guard {
+            // Relaxed: see `due_class`.
             let seq = guard.seq.fetch_add(1, Ordering::Relaxed) + 1;
             let mark = &guard.classes[class as usize];
             mark.last_ns.store(now, Ordering::Relaxed);
@@ -468,76 +484,63 @@ impl Engine {
     }
 
     /// Ends the tenant's wait boost, if it holds one (served, or no longer ready). O(1).
+    /// Returns the class whose extra weight drops by one.
     #[inline]
-    pub(crate) fn end_boost(&self, slot: &TenantSlot) {
+    pub(crate) fn end_boost(&self, fair: &TenantFairness) -> Option<ClassId> {
         // Relaxed load: a cheap check on a line the caller writes anyway; the swap decides.
-        if slot.fair.boost.load(Ordering::Relaxed) == 0 {
-            return;
+        if fair.boost.load(Ordering::Relaxed) == 0 {
+            return None;
         }
         // AcqRel: pairs with the tick's CAS, so exactly one side undoes a boost unit.
-        let held = slot.fair.boost.swap(0, Ordering::AcqRel);
-        if held != 0 {
-            self.classes.add_boost(held as usize - 1, -1);
-            if let Some(boost) = &self.policy.boost {
-                // Relaxed: a bound counter; the swap above made this ours alone.
-                boost.boosted.fetch_sub(1, Ordering::Relaxed);
-            }
+        let held = fair.boost.swap(0, Ordering::AcqRel);
+        if held == 0 {
+            return None;
         }
+        if let Some(boost) = &self.boost {
+            // Relaxed: a bound counter; the swap above made this ours alone.
+            boost.boosted.fetch_sub(1, Ordering::Relaxed);
+        }
+        Some(held - 1)
     }
 }
 
-// ------------------------------------------------------------------ tiers and tick
+// ------------------------------------------------------------------ tick
 
-impl Engine {
-    /// The weight of tier `name` (case-insensitive), if the config names it.
-    pub fn tier_weight(&self, name: &str) -> Option<u32> {
-        self.config.policy.tier_weight(name)
-    }
-
-    /// Puts the tenant with raw identifier `raw` in tier `tier`: its weight becomes the tier's.
-    pub fn set_tier(&self, raw: &str, tier: &str) -> Result<(), Error> {
-        self.set_tier_key(TenantKey::from_raw(raw.as_bytes()), tier)
-    }
-
-    /// `set_tier` by key.
-    pub fn set_tier_key(&self, key: TenantKey, tier: &str) -> Result<(), Error> {
-        let weight = self
-            .tier_weight(tier)
-            .ok_or(Error::InvalidArgument("unknown tier"))?;
-        self.set_weight_key(key, weight)
-    }
-
-    /// `tick_at` with the monotonic clock.
-    pub fn tick(&self) -> TickReport {
-        self.tick_at(crate::clock::now_ns())
-    }
-
+impl PolicyState {
     /// Runs the slow policies on the caller's thread: starts wait boosts that are due and, once
-    /// per feedback period, nudges weights. Call it every second or so; it does nothing when the
-    /// boost and the controller are off. O(max_tenants) when they are on; never on the hot path;
-    /// a tick that finds another tick running returns at once.
-    pub fn tick_at(&self, now: u64) -> TickReport {
+    /// per feedback period, nudges weights. Does nothing when the boost and the controller are
+    /// off. O(max_tenants) when they are on; never on the hot path; a tick that finds another
+    /// tick running returns at once.
+    pub(crate) fn tick<H: Hooks>(
+        &self,
+        core: &Core<H>,
+        indicators: Option<&Indicators>,
+        now: u64,
+    ) -> TickReport {
         let mut report = TickReport::default();
-        if self.policy.boost.is_none() && self.config.policy.feedback.is_none() {
+        let Some(indicators) = indicators else {
+            return report; // validated: the boost and the controller need the indicators
+        };
+        if self.boost.is_none() && self.feedback.is_none() {
             return report;
         }
-        let Ok(mut state) = self.policy.tick.try_lock() else {
+        let Ok(mut state) = self.tick.try_lock() else {
             return report;
         };
-        if let Some(boost) = &self.policy.boost {
-            report.boosts_started = self.start_boosts(boost, now);
+        if let Some(boost) = &self.boost {
+            report.boosts_started = self.start_boosts(core, indicators, boost, now);
         }
-        if let Some(feedback) = self.config.policy.feedback {
+        if let Some(feedback) = self.feedback {
             let period = feedback.period_ms.saturating_mul(MS);
             match state.last_feedback {
                 None => {
                     state.last_feedback = Some(now);
-                    self.feedback_round(&feedback, &mut state, None);
+                    feedback_round(core, indicators, &feedback, &mut state, None);
                 }
                 Some(last) if now.saturating_sub(last) >= period => {
                     state.last_feedback = Some(now);
                     report.feedback_ran = true;
-                    self.feedback_round(&feedback, &mut state, Some(&mut report));
+                    feedback_round(core, indicators, &feedback, &mut state, Some(&mut report));
                 }
                 Some(_) => {}
             }
@@ -545,15 +548,24 @@ impl Engine {
         report
     }
 
-    fn start_boosts(&self, boost: &BoostState, now: u64) -> u32 {
+    fn start_boosts<H: Hooks>(
+        &self,
+        core: &Core<H>,
+        indicators: &Indicators,
+        boost: &BoostState,
+        now: u64,
+    ) -> u32 {
         let mut started = 0;
-        for slot in self.tenants.slots() {
+        for t in 0..core.slot_count() as SlotId {
+            let Some(view) = core.tenant_view(t) else {
+                continue;
+            };
+            let fair = indicators.tenant(t);
             // Relaxed: a scan; the CAS below decides.
-            if slot.key.load(Ordering::Relaxed) == 0 || slot.fair.boost.load(Ordering::Relaxed) != 0
-            {
+            if fair.boost.load(Ordering::Relaxed) != 0 {
                 continue;
             }
-            let Some(since) = slot.fair.ready_since() else {
+            let Some(since) = fair.ready_since() else {
                 continue;
             };
             if now.saturating_sub(since) < boost.after_ns {
@@ -564,97 +576,90 @@ impl Engine {
                 boost.boosted.fetch_sub(1, Ordering::Relaxed);
                 break;
             }
-            let class = slot.class.load(Ordering::Relaxed);
             // AcqRel: pairs with `end_boost`'s swap: if the holder ended an earlier boost we see
             // the readiness it wrote before, checked just below.
-            if slot
-                .fair
+            if fair
                 .boost
-                .compare_exchange(0, class + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(0, view.class + 1, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
             {
                 boost.boosted.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            self.classes.add_boost(class as usize, 1);
-            if slot.fair.ready_since() != Some(since) {
+            core.add_class_extra(view.class, 1);
+            if fair.ready_since() != Some(since) {
                 // It was served or left meanwhile: this boost is not owed.
-                self.end_boost(slot);
+                if let Some(class) = self.end_boost(fair) {
+                    core.add_class_extra(class, -1);
+                }
                 continue;
             }
             started += 1;
         }
         started
     }
+}
 
-    /// One controller period: compares each tenant's period grants with its expected share.
-    /// `report` is `None` on the first tick, which only takes the baseline.
-    fn feedback_round(
-        &self,
-        feedback: &FeedbackController,
-        state: &mut TickState,
-        mut report: Option<&mut TickReport>,
-    ) {
-        let slots = self.tenants.slots();
-        state.snapshots.resize(slots.len(), Snapshot::default());
-        let mut nudges = Vec::new();
-        for (slot, snap) in slots.iter().zip(state.snapshots.iter_mut()) {
-            // Relaxed: a scan of statistics.
-            let key = slot.key.load(Ordering::Relaxed);
-            if key == 0 {
-                continue;
-            }
-            let ind = self.read_indicators(slot, 0);
-            let previous = *snap;
-            *snap = Snapshot {
-                key,
-                granted_cost: ind.granted_cost,
-                expected_cost: ind.expected_cost,
-            };
-            if report.is_none() || previous.key != key {
-                continue;
-            }
-            let expected = ind.expected_cost - previous.expected_cost;
-            if expected < feedback.min_expected_cost as f64 {
-                continue;
-            }
-            let actual = ind.granted_cost.saturating_sub(previous.granted_cost) as f64;
-            let ratio_percent = actual / expected * 100.0;
-            let base = u64::from(ind.weight);
-            let floor = (base * u64::from(feedback.floor_percent) / 100).max(1);
-            let ceiling =
-                (base * u64::from(feedback.ceiling_percent) / 100).clamp(1, u64::from(MAX_WEIGHT));
-            let current = u64::from(ind.effective_weight);
-            let target = if ratio_percent < f64::from(feedback.low_ratio_percent) {
-                current + 1
-            } else if ratio_percent > f64::from(feedback.high_ratio_percent) {
-                current.saturating_sub(1)
-            } else {
-                current
-            }
-            .clamp(floor, ceiling);
-            if target != current {
-                nudges.push((key, target as u32, target > current));
-            }
+/// One controller period: compares each tenant's period grants with its expected share.
+/// `report` is `None` on the first tick, which only takes the baseline.
+fn feedback_round<H: Hooks>(
+    core: &Core<H>,
+    indicators: &Indicators,
+    feedback: &FeedbackController,
+    state: &mut TickState,
+    mut report: Option<&mut TickReport>,
+) {
+    state
+        .snapshots
+        .resize(core.slot_count(), Snapshot::default());
+    let mut nudges = Vec::new();
+    for (t, snap) in state.snapshots.iter_mut().enumerate() {
+        let Some(view) = core.tenant_view(t as SlotId) else {
+            continue;
+        };
+        let ind = indicators.read(&view, 0);
+        let key = view.key.get();
+        let previous = *snap;
+        *snap = Snapshot {
+            key,
+            granted_cost: ind.granted_cost,
+            expected_cost: ind.expected_cost,
+        };
+        if report.is_none() || previous.key != key {
+            continue;
         }
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        for (key, weight, raised) in nudges {
-            let Some(class) = self.classes.ensure(weight) else {
-                continue; // no weight class left for it
-            };
-            let Some(t) = self.tenants.pin_existing(key) else {
-                continue;
-            };
-            // Relaxed: the tenant's turn holder picks the new class up at its next placement,
-            // like a `set_weight`.
-            self.tenants.slot(t).class.store(class, Ordering::Relaxed);
-            self.tenants.release(t, LIVE_ONE, 0);
-            if let Some(r) = report.as_deref_mut() {
-                if raised {
-                    r.weights_raised += 1;
-                } else {
-                    r.weights_lowered += 1;
-                }
+        let expected = ind.expected_cost - previous.expected_cost;
+        if expected < feedback.min_expected_cost as f64 {
+            continue;
+        }
+        let actual = ind.granted_cost.saturating_sub(previous.granted_cost) as f64;
+        let ratio_percent = actual / expected * 100.0;
+        let base = u64::from(ind.weight);
+        let floor = (base * u64::from(feedback.floor_percent) / 100).max(1);
+        let ceiling =
+            (base * u64::from(feedback.ceiling_percent) / 100).clamp(1, u64::from(MAX_WEIGHT));
+        let current = u64::from(ind.effective_weight);
+        let target = if ratio_percent < f64::from(feedback.low_ratio_percent) {
+            current + 1
+        } else if ratio_percent > f64::from(feedback.high_ratio_percent) {
+            current.saturating_sub(1)
+        } else {
+            current
+        }
+        .clamp(floor, ceiling);
+        if target != current {
+            nudges.push((view.key, target as u32, target > current));
+        }
+    }
+    for (key, weight, raised) in nudges {
+        if !core.move_to_class(key, weight) {
+            continue; // no weight class left for it, or it left its slot
+        }
+        if let Some(r) = report.as_deref_mut() {
+            if raised {
+                r.weights_raised += 1;
+            } else {
+                r.weights_lowered += 1;
             }
         }
     }

@@ -128,7 +128,7 @@ fn policies_are_off_by_default_and_every_knob_is_validated() {
     // The seed's values are accepted.
     Engine::new(Config {
         policy: Policy {
-            tiers: Policy::seed_tiers(),
+            tiers: Policy::standard_tiers(),
             starvation_guard: Some(StarvationGuard::default()),
             wait_boost: Some(WaitBoost::default()),
             feedback: Some(FeedbackController::default()),
@@ -144,7 +144,7 @@ fn tiers_map_names_to_weights_and_keep_the_window_guarantee() {
     let engine = engine(Config {
         max_weight_classes: 5,
         policy: Policy {
-            tiers: Policy::seed_tiers(),
+            tiers: Policy::standard_tiers(),
             ..Policy::default()
         },
         ..Config::default()
@@ -394,26 +394,29 @@ fn boost_is_capped_at_max_boosted_tenants() {
 
 #[test]
 fn feedback_nudges_weights_slowly_within_floor_and_ceiling() {
-    // a and b have weight 4. a's grants turn out to cost 2 units each (`actual_cost`), so the
-    // scheduler's cost correction gives a about half of b's grants: a's fair_share_ratio (counted
-    // in the estimated units its grants carried) is low, b's high. The controller raises a and
-    // lowers b, one step a period, within [2, 8] (50 % .. 200 % of 4).
+    // a has weight 4, b weight 2. The starvation guard (50 %: a class is due after one grant of
+    // the others) hands b every other grant, against its third by weight: b's fair_share_ratio
+    // is about 1.5, a's about 0.75. The controller raises a and lowers b, one step a period,
+    // within [50 %, 200 %] of each weight: a in [2, 8], b in [1, 4].
     let feedback = FeedbackController {
         period_ms: 60_000,
         ..FeedbackController::default()
     };
     let engine = engine(Config {
         max_wait_ms: 86_400_000,
-        max_weight_classes: 16,
         policy: Policy {
             feedback: Some(feedback),
+            starvation_guard: Some(StarvationGuard {
+                min_grants_per_minute: 1,
+                min_share_percent: 50,
+            }),
             ..Policy::default()
         },
         ..Config::default()
     });
     let (a, b) = (key("a"), key("b"));
-    for k in [a, b] {
-        engine.set_weight_key(k, 4).unwrap();
+    for (k, w) in [(a, 4), (b, 2)] {
+        engine.set_weight_key(k, w).unwrap();
         queued(&engine, &Request::new(k, Dimension::User), 0);
         queued(&engine, &Request::new(k, Dimension::User), 0);
     }
@@ -429,9 +432,8 @@ fn feedback_nudges_weights_slowly_within_floor_and_ceiling() {
             assert!(report.weights_raised + report.weights_lowered <= 2);
         }
         let g = granted(&engine, now);
-        let actual = (g.tenant == a).then_some(2);
         engine
-            .complete_at(g.ticket, Outcome::Admitted, actual, now)
+            .complete_at(g.ticket, Outcome::Admitted, None, now)
             .unwrap();
         queued(&engine, &Request::new(g.tenant, Dimension::User), now);
     }
@@ -446,16 +448,63 @@ fn feedback_nudges_weights_slowly_within_floor_and_ceiling() {
     assert!(
         history
             .iter()
-            .all(|&(x, y)| (2..=8).contains(&x) && (2..=8).contains(&y)),
+            .all(|&(x, y)| (2..=8).contains(&x) && (1..=4).contains(&y)),
         "{history:?}"
     );
-    assert_eq!(history[1], (5, 3), "first period: a up, b down");
-    let last = *history.last().unwrap();
-    assert!(last.0 > last.1, "{history:?}");
+    assert_eq!(
+        history[1],
+        (5, 1),
+        "first period: a up, b down: {history:?}"
+    );
+    // a settles at 7: its expected share counts its configured weight 4 against the 8 the
+    // classes now weigh (7 + 1), half, which is what the guard leaves it: a ratio of 1.
+    assert_eq!(*history.last().unwrap(), (7, 1), "{history:?}");
     // The configured weights are unchanged; set_weight resets the nudge.
     assert_eq!(engine.tenant_indicators_at(a, 0).unwrap().weight, 4);
     engine.set_weight_key(a, 4).unwrap();
     assert_eq!(effective(a), 4);
+}
+
+#[test]
+fn indicators_count_the_cost_the_scheduler_charged() {
+    // a declares cost 1 but each of its grants turns out to cost 2 (`actual_cost`); b is
+    // honest. The scheduler charges a the corrected cost, so both get their share in real cost
+    // units, and both fair-share ratios read about 1 (no alert, nothing for the controller).
+    let engine = engine(Config {
+        max_wait_ms: 86_400_000,
+        ..Config::default()
+    });
+    let (a, b) = (key("a"), key("b"));
+    for k in [a, b] {
+        engine.set_weight_key(k, 4).unwrap();
+        queued(&engine, &Request::new(k, Dimension::User), 0);
+        queued(&engine, &Request::new(k, Dimension::User), 0);
+    }
+    for step in 1..=20_000u64 {
+        let now = step * MS;
+        let g = granted(&engine, now);
+        let actual = (g.tenant == a).then_some(2);
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, actual, now)
+            .unwrap();
+        queued(&engine, &Request::new(g.tenant, Dimension::User), now);
+    }
+    for (k, name) in [(a, "a (declares 1, costs 2)"), (b, "b (honest)")] {
+        let ind = engine.tenant_indicators_at(k, 0).unwrap();
+        let ratio = ind.fair_share_ratio.unwrap();
+        assert!(
+            (ratio - 1.0).abs() < 0.02,
+            "{name}: fair_share_ratio {ratio:.3}, {ind:?}"
+        );
+    }
+    let (ga, gb) = (
+        engine.tenant_indicators_at(a, 0).unwrap().granted_cost,
+        engine.tenant_indicators_at(b, 0).unwrap().granted_cost,
+    );
+    assert!(
+        ga.abs_diff(gb) * 50 < ga + gb,
+        "equal cost units: a {ga}, b {gb}"
+    );
 }
 
 fn pooled_engine(pools: Vec<u32>) -> Engine {

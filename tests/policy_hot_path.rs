@@ -25,7 +25,7 @@ fn hot_path_allocates_nothing_with_policies_bulkheads_and_metrics_on() {
         tenant_idle_ms: 0,
         max_weight_classes: 16,
         policy: Policy {
-            tiers: Policy::seed_tiers(),
+            tiers: Policy::standard_tiers(),
             starvation_guard: Some(StarvationGuard::default()),
             wait_boost: Some(WaitBoost {
                 after_ms: 1_000,

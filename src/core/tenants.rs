@@ -23,83 +23,98 @@
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
 //! holds its own key, never one that now belongs to someone else.
 
-use crate::ring::TenantQueue;
+use crate::core::hooks::SlotId;
+use crate::core::ring::TenantQueue;
+use crate::limits::FACTOR_ONE;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
 
-pub(crate) const QUEUED_ONE: u64 = 1;
-pub(crate) const QUEUED_MASK: u64 = 0xFFFF_FFFF;
-pub(crate) const LIVE_ONE: u64 = 1 << 32;
+const QUEUED_ONE: u64 = 1;
+const QUEUED_MASK: u64 = 0xFFFF_FFFF;
+const LIVE_ONE: u64 = 1 << 32;
+const LIVE_MASK: u64 = 0x7FFF_FFFF << 32;
 const STEALING: u64 = 1 << 63;
 /// Most slots one lookup probes. Bounds enqueue's cost on a crowded table.
 pub(crate) const PROBE_WINDOW: usize = 512;
-/// A tenant's effective-weight factor at full weight (`sched::FACTOR_ONE`).
-pub(crate) const FULL_FACTOR: u32 = 1 << 10;
 /// "No tenant" in links and staged handles.
 pub(crate) const NIL: u32 = u32::MAX;
+
+/// A snapshot of a slot's `counts` word (module docs, "Slot life cycle").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::core) struct Counts(u64);
+
+impl Counts {
+    /// Entries announced: the staged head included, dead ones until swept.
+    pub(in crate::core) fn queued(self) -> u64 {
+        self.0 & QUEUED_MASK
+    }
+
+    /// Tickets not yet ended plus pins.
+    #[allow(dead_code)] // for debugging and tests of the packing
+    pub(in crate::core) fn live(self) -> u64 {
+        (self.0 & LIVE_MASK) >> 32
+    }
+}
 
 /// One tenant: its queue, its scheduling state and its counters.
 ///
 /// `repr(C)`, hot fields first: a grant touches the first three lines (scheduling state,
-/// counters, fairness marks), one bucket line of the wait histogram and the queue's lines. At
-/// 16384 tenants every one of them is a cache miss, so the grant before prefetches them
-/// (`succ`, `Engine::prefetch_successor`).
+/// counters, the queue's positions) and the ring's entries; features keep their per-tenant state
+/// in side tables of their own. At 16384 tenants every one of them is a cache miss, so the grant
+/// before prefetches them (`succ`, `Core::prefetch_successor`).
 #[repr(C)]
 pub(crate) struct TenantSlot {
     // ---- line 0: found, pinned, held, scheduled
     /// Hashed tenant key; 0 = never used. Written only by a thief holding `STEALING`.
-    pub(crate) key: AtomicU64,
+    pub(in crate::core) key: AtomicU64,
     /// `live << 32 | queued` (+ `STEALING`); see the module docs.
-    pub(crate) counts: AtomicU64,
+    pub(in crate::core) counts: AtomicU64,
     /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek).
-    pub(crate) staged: AtomicU64,
-    /// Owned by the turn holder: cost credit inside the class (DRR), in 1/1024 cost units.
-    pub(crate) credit: AtomicI64,
+    pub(in crate::core) staged: AtomicU64,
+    /// Owned by the turn holder: cost credit inside the class (DRR), in 1/`FACTOR_ONE` units.
+    pub(in crate::core) credit: AtomicI64,
     /// Owned by the turn holder: the class visit number at which its last visit began.
-    pub(crate) last_visit: AtomicU64,
+    pub(in crate::core) last_visit: AtomicU64,
     /// Logical queued entries (cancelled ones excluded): the tenant queue bound and positions.
-    pub(crate) depth: AtomicU32,
-    /// Current weight (R5).
-    pub(crate) weight: AtomicU32,
+    pub(in crate::core) depth: AtomicU32,
+    /// Current configured weight.
+    pub(in crate::core) weight: AtomicU32,
     /// Index of the weight class of `weight`.
-    pub(crate) class: AtomicU32,
-    /// Effective-weight factor in 1/1024 (fleet mode): the tenant is scheduled at
-    /// `weight × factor / 1024`. 1024 (full weight) unless `Engine::set_fleet_factor` lowers it.
-    pub(crate) factor: AtomicU32,
+    pub(in crate::core) class: AtomicU32,
+    /// Effective-weight factor in 1/`FACTOR_ONE` (fleet mode): the tenant is scheduled at
+    /// `weight × factor / FACTOR_ONE`; full weight unless fleet mode lowers it.
+    pub(in crate::core) factor: AtomicU32,
     /// Owned by the turn holder: the factor its class's ready weight counts for it now.
-    pub(crate) counted_factor: AtomicU32,
+    pub(in crate::core) counted_factor: AtomicU32,
     /// Owned by the turn holder: next tenant in the same timing-wheel bucket.
-    pub(crate) wheel_next: AtomicU32,
+    pub(in crate::core) wheel_next: AtomicU32,
     // ---- line 1: a grant's counters
     /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
     /// holder at the tenant's next visit.
-    pub(crate) debt: AtomicI64,
+    pub(in crate::core) debt: AtomicI64,
     /// Owned by the turn holder: time of the last grant, and the EWMA of the interval between
     /// grants (ns), for the estimated wait.
-    pub(crate) last_grant: AtomicU64,
-    pub(crate) interval: AtomicU64,
+    pub(in crate::core) last_grant: AtomicU64,
+    pub(in crate::core) interval: AtomicU64,
     /// `grants_total` when this tenant took the slot: its own grants are the difference
     /// (`TenantSlot::granted`). Written only by the claimer.
-    pub(crate) grants_base: AtomicU64,
-    /// Cost units granted to this tenant since it took the slot.
-    pub(crate) granted_cost: AtomicU64,
+    pub(in crate::core) grants_base: AtomicU64,
+    /// Owned by the turn holder: cost units granted to this tenant since it took the slot.
+    pub(in crate::core) granted_cost: AtomicU64,
+    /// Corrections of those by `complete` (actual minus declared cost), from any thread.
+    pub(in crate::core) cost_corrections: AtomicI64,
     /// Owned by the turn holder, never reset: grants made in this slot, all tenants. The
     /// engine's `granted` counter is their sum.
-    pub(crate) grants_total: AtomicU64,
-    /// Owned by the turn holder, never reset: the waits (ns) it recorded, all tenants; part of
-    /// the engine's `wait_sum_seconds`.
-    pub(crate) wait_sum_total: AtomicU64,
+    pub(in crate::core) grants_total: AtomicU64,
     /// Hints, never trusted: the tenant granted right after this one in its class last time
     /// (`NIL` if none yet) and the ticket index it had staged then, so this tenant's next grant
-    /// can prefetch that tenant's lines and its head ticket (`Engine::prefetch_successor`).
-    pub(crate) succ: AtomicU32,
-    pub(crate) succ_head: AtomicU32,
-    // ---- line 2 onward
-    /// Fairness indicators and the wait-boost mark (`indicators.rs`); hot fields first.
-    pub(crate) fair: crate::indicators::TenantFairness,
+    /// can prefetch that tenant's lines and its head ticket (`Core::prefetch_successor`).
+    pub(in crate::core) succ: AtomicU32,
+    pub(in crate::core) succ_head: AtomicU32,
+    // ---- line 2
     /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
-    pub(crate) last_active: AtomicU64,
+    pub(in crate::core) last_active: AtomicU64,
     /// Handles of queued tickets, in arrival order, cancelled ones too until swept.
-    pub(crate) queue: TenantQueue,
+    pub(in crate::core) queue: TenantQueue,
 }
 
 impl TenantSlot {
@@ -108,6 +123,86 @@ impl TenantSlot {
         // Relaxed: a snapshot of statistics.
         let total = self.grants_total.load(Ordering::Relaxed);
         total.saturating_sub(self.grants_base.load(Ordering::Relaxed))
+    }
+
+    /// Grants made in this slot, all tenants (only grows).
+    pub(crate) fn grants_total(&self) -> u64 {
+        // Relaxed: a snapshot of statistics.
+        self.grants_total.load(Ordering::Relaxed)
+    }
+
+    /// Cost units granted to the current tenant, corrections included.
+    pub(crate) fn granted_cost(&self) -> u64 {
+        // Relaxed: a snapshot of statistics.
+        let declared = self.granted_cost.load(Ordering::Relaxed);
+        declared.saturating_add_signed(self.cost_corrections.load(Ordering::Relaxed))
+    }
+
+    /// The tenant's weight as its class counts it now: weight × counted factor, in
+    /// 1/`FACTOR_ONE` units (the units of the classes' SWRR gains).
+    pub(crate) fn effective_weight(&self) -> u64 {
+        // Relaxed: a snapshot; the factor is written by the tenant's turn holder.
+        u64::from(self.weight.load(Ordering::Relaxed))
+            * u64::from(self.counted_factor.load(Ordering::Relaxed))
+    }
+
+    /// Holder: a grant of `cost` at `now`: the service interval estimate and the counters.
+    pub(in crate::core) fn record_grant(&self, cost: u32, now: u64) {
+        let last = self.last_grant.load(Ordering::Relaxed);
+        self.last_grant.store(now, Ordering::Relaxed);
+        let sample = now.saturating_sub(last);
+        let old = self.interval.load(Ordering::Relaxed);
+        let ewma = if old == 0 {
+            sample
+        } else {
+            (old.saturating_mul(7).saturating_add(sample)) / 8
+        };
+        self.interval.store(ewma, Ordering::Relaxed);
+        // Relaxed load + store, not `fetch_add`: like `last_grant`, these counters are written
+        // only by the turn holder (and by a thief holding the slot exclusively); the turn's
+        // hand-off (ring push Release / pop Acquire) orders one holder's writes before the next.
+        let granted_cost = self.granted_cost.load(Ordering::Relaxed);
+        self.granted_cost
+            .store(granted_cost + u64::from(cost), Ordering::Relaxed);
+        let total = self.grants_total.load(Ordering::Relaxed);
+        self.grants_total.store(total + 1, Ordering::Relaxed);
+    }
+
+    /// A grant's cost was corrected by `delta` at `complete` (any thread: an RMW of its own).
+    pub(in crate::core) fn correct_granted_cost(&self, delta: i64) {
+        // Relaxed: a statistic.
+        self.cost_corrections.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Hint: `next` (with head ticket `head`) was granted right after this tenant in its class.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(in crate::core) fn set_successor(&self, next: SlotId, head: u32) {
+        // Relaxed, and stored only when changed: a hint.
+        if self.succ.load(Ordering::Relaxed) != next {
+            self.succ.store(next, Ordering::Relaxed);
+        }
+        if self.succ_head.load(Ordering::Relaxed) != head {
+            self.succ_head.store(head, Ordering::Relaxed);
+        }
+    }
+
+    /// Hint: the tenant granted after this one last round, and its head ticket then.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(in crate::core) fn successor(&self) -> (SlotId, u32) {
+        // Relaxed: a hint.
+        (
+            self.succ.load(Ordering::Relaxed),
+            self.succ_head.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Starts loading the lines a grant of this tenant touches (a hint).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(in crate::core) fn prefetch(&self) {
+        // The scheduling and counter lines, the queue's head and tail, and its first entries.
+        crate::sync::prefetch(self, 3 * 64);
+        let (ring, bytes) = self.queue.storage();
+        crate::sync::prefetch(ring, bytes.min(128));
     }
 
     fn new(queue_capacity: usize) -> TenantSlot {
@@ -120,19 +215,18 @@ impl TenantSlot {
             depth: AtomicU32::new(0),
             weight: AtomicU32::new(0),
             class: AtomicU32::new(0),
-            factor: AtomicU32::new(FULL_FACTOR),
-            counted_factor: AtomicU32::new(FULL_FACTOR),
+            factor: AtomicU32::new(FACTOR_ONE),
+            counted_factor: AtomicU32::new(FACTOR_ONE),
             wheel_next: AtomicU32::new(NIL),
             debt: AtomicI64::new(0),
             last_grant: AtomicU64::new(0),
             interval: AtomicU64::new(0),
             grants_base: AtomicU64::new(0),
             granted_cost: AtomicU64::new(0),
+            cost_corrections: AtomicI64::new(0),
             grants_total: AtomicU64::new(0),
-            wait_sum_total: AtomicU64::new(0),
             succ: AtomicU32::new(NIL),
             succ_head: AtomicU32::new(NIL),
-            fair: crate::indicators::TenantFairness::new(),
             last_active: AtomicU64::new(0),
             queue: TenantQueue::new(ring_capacity(queue_capacity)),
         }
@@ -171,7 +265,7 @@ pub(crate) struct TenantTable {
     /// Slots with `counts != 0`: the tenants gauge.
     active: AtomicU64,
     /// Debug probe: slots inspected by lookups and grants (counted in debug builds only).
-    pub(crate) touches: AtomicU64,
+    touches: AtomicU64,
 }
 
 impl TenantTable {
@@ -201,6 +295,12 @@ impl TenantTable {
         debug_assert!((index as usize) < self.slots.len());
         self.touch();
         &self.slots[index as usize]
+    }
+
+    /// Debug builds: slots touched so far.
+    pub(crate) fn touches(&self) -> u64 {
+        // Relaxed: a probe counter.
+        self.touches.load(Ordering::Relaxed)
     }
 
     #[inline]
@@ -277,7 +377,7 @@ impl TenantTable {
         if slot.key.load(Ordering::Acquire) == key {
             return true;
         }
-        self.release(index as u32, pins * LIVE_ONE, 0);
+        self.release_live(index as u32, pins, 0);
         false
     }
 
@@ -310,7 +410,7 @@ impl TenantTable {
         key: u64,
         now: u64,
         pins: u64,
-        init: impl Fn(&TenantSlot),
+        init: impl Fn(SlotId, &TenantSlot),
     ) -> Result<u32, TableFull> {
         // A claim can lose a race for its slot; a few rounds settle it.
         let backoff = Backoff::new();
@@ -356,7 +456,7 @@ impl TenantTable {
         key: u64,
         now: u64,
         pins: u64,
-        init: &impl Fn(&TenantSlot),
+        init: &impl Fn(SlotId, &TenantSlot),
     ) -> Claim {
         let slot = &self.slots[index];
         self.touch();
@@ -390,23 +490,55 @@ impl TenantTable {
         debug_assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
         slot.credit.store(0, Ordering::Relaxed);
         slot.debt.store(0, Ordering::Relaxed);
-        slot.factor.store(FULL_FACTOR, Ordering::Relaxed);
+        slot.factor.store(FACTOR_ONE, Ordering::Relaxed);
         slot.last_grant.store(now, Ordering::Relaxed);
         slot.interval.store(0, Ordering::Relaxed);
         slot.grants_base
             .store(slot.grants_total.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
-        slot.fair.reset();
-        init(slot);
+        slot.cost_corrections.store(0, Ordering::Relaxed);
+        init(index as SlotId, slot);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
         slot.counts.store(pins * LIVE_ONE, Ordering::Release);
         Claim::Claimed
     }
 
+    /// Adds one pin (a `live` count) to a slot the caller already pinned.
+    pub(in crate::core) fn pin_again(&self, index: SlotId) {
+        // Relaxed: the caller's own pin keeps the slot; ordered before any release of ours by
+        // the release's AcqRel RMW.
+        self.slots[index as usize]
+            .counts
+            .fetch_add(LIVE_ONE, Ordering::Relaxed);
+    }
+
+    /// Announces one entry pushed into the slot's queue, turning one of the caller's pins into
+    /// it, in one RMW. Returns the counts before: `queued() == 0` means the caller now holds the
+    /// tenant's turn. AcqRel: Release makes the push visible to the holder that sees this count;
+    /// Acquire takes over the previous holder's writes when we activate.
+    pub(in crate::core) fn announce(&self, index: SlotId) -> Counts {
+        Counts(
+            self.slots[index as usize]
+                .counts
+                .fetch_add(QUEUED_ONE.wrapping_sub(LIVE_ONE), Ordering::AcqRel),
+        )
+    }
+
+    /// Drops `pins` pins (tickets ended, or callers done with the slot). Returns the counts
+    /// before.
+    pub(in crate::core) fn release_live(&self, index: SlotId, pins: u64, now: u64) -> Counts {
+        self.release(index, pins * LIVE_ONE, now)
+    }
+
+    /// The turn holder is done with one announced entry. Returns the counts before:
+    /// `queued() <= 1` means the tenant went idle and the turn is given up.
+    pub(in crate::core) fn release_entry(&self, index: SlotId, now: u64) -> Counts {
+        self.release(index, QUEUED_ONE, now)
+    }
+
     /// Subtracts `delta` (live and/or queued counts) from a slot. When that leaves it idle, the
     /// time is recorded so the slot can be reused after `tenant_idle_ms`.
-    /// Returns the counts before.
-    pub(crate) fn release(&self, index: u32, delta: u64, now: u64) -> u64 {
+    fn release(&self, index: SlotId, delta: u64, now: u64) -> Counts {
         let slot = &self.slots[index as usize];
         // Release: our writes to the slot happen before a thief's Acquire of `counts == 0`.
         let previous = slot.counts.fetch_sub(delta, Ordering::AcqRel);
@@ -420,6 +552,6 @@ impl TenantTable {
             let before = self.active.fetch_sub(1, Ordering::Relaxed);
             debug_assert!(before > 0, "active tenants below zero");
         }
-        previous
+        Counts(previous)
     }
 }

@@ -34,28 +34,51 @@ fn pack(generation: u32, state: u32) -> u64 {
 
 /// One request record, one cache line.
 #[repr(align(64))]
-pub(crate) struct TicketCell {
+struct TicketCell {
     /// `generation << 32 | state`; the single source of truth for who owns the ticket.
     state: AtomicU64,
     /// Tenant slot index.
-    pub(crate) tenant: AtomicU32,
+    tenant: AtomicU32,
     /// Cost in resource units.
-    pub(crate) cost: AtomicU32,
+    cost: AtomicU32,
     /// Position at (re)enqueue. While the cell is free: the free-list link (`index + 1` of the
     /// next free cell, 0 at the bottom).
-    pub(crate) position: AtomicU32,
+    position: AtomicU32,
     /// Downstream class (bulkhead pool) it goes to; fills the padding before `user_data`.
-    pub(crate) downstream: AtomicU32,
+    downstream: AtomicU32,
     /// Caller data.
-    pub(crate) user_data: AtomicU64,
+    user_data: AtomicU64,
     /// Absolute deadline (ns): never granted after it.
-    pub(crate) deadline: AtomicU64,
+    deadline: AtomicU64,
     /// Not ready before this time (ns).
-    pub(crate) not_before: AtomicU64,
+    not_before: AtomicU64,
     /// First enqueue time (ns).
-    pub(crate) enqueued_at: AtomicU64,
+    enqueued_at: AtomicU64,
     /// Estimated wait made at (re)enqueue (ns).
-    pub(crate) estimated_wait: AtomicU64,
+    estimated_wait: AtomicU64,
+}
+
+/// A ticket's fields, as written at (re)enqueue and read by whoever owns the ticket next.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fields {
+    /// Tenant slot index.
+    pub(crate) tenant: u32,
+    /// Cost in resource units.
+    pub(crate) cost: u32,
+    /// Position at (re)enqueue.
+    pub(crate) position: u32,
+    /// Downstream class (bulkhead pool).
+    pub(crate) downstream: u32,
+    /// Caller data.
+    pub(crate) user_data: u64,
+    /// Absolute deadline (ns): never granted after it.
+    pub(crate) deadline: u64,
+    /// Not ready before this time (ns).
+    pub(crate) not_before: u64,
+    /// First enqueue time (ns).
+    pub(crate) enqueued_at: u64,
+    /// Estimated wait made at (re)enqueue (ns).
+    pub(crate) estimated_wait: u64,
 }
 
 /// The state of a ticket as seen through a handle.
@@ -175,8 +198,62 @@ impl TicketSlab {
     }
 
     /// The cell a handle names, if the index is in range. The generation is not checked here.
-    pub(crate) fn cell(&self, ticket: Ticket) -> Option<&TicketCell> {
+    fn cell(&self, ticket: Ticket) -> Option<&TicketCell> {
         self.cells.get(ticket.index() as usize)
+    }
+
+    /// Writes a freshly allocated ticket's fields (the caller owns it until `publish`).
+    pub(crate) fn fill(&self, ticket: Ticket, f: Fields) {
+        if let Some(cell) = self.cell(ticket) {
+            // Relaxed: published by `publish` (state Release) and the queue push (Release).
+            cell.tenant.store(f.tenant, Ordering::Relaxed);
+            cell.cost.store(f.cost, Ordering::Relaxed);
+            cell.position.store(f.position, Ordering::Relaxed);
+            cell.downstream.store(f.downstream, Ordering::Relaxed);
+            cell.user_data.store(f.user_data, Ordering::Relaxed);
+            cell.deadline.store(f.deadline, Ordering::Relaxed);
+            cell.not_before.store(f.not_before, Ordering::Relaxed);
+            cell.enqueued_at.store(f.enqueued_at, Ordering::Relaxed);
+            cell.estimated_wait
+                .store(f.estimated_wait, Ordering::Relaxed);
+        }
+    }
+
+    /// Rewrites what a requeue changes; the caller owns the ticket (`REQUEUING`).
+    pub(crate) fn requeue(&self, ticket: Ticket, not_before: u64, position: u32, estimate: u64) {
+        if let Some(cell) = self.cell(ticket) {
+            // Relaxed: as `fill`.
+            cell.not_before.store(not_before, Ordering::Relaxed);
+            cell.position.store(position, Ordering::Relaxed);
+            cell.estimated_wait.store(estimate, Ordering::Relaxed);
+        }
+    }
+
+    /// The fields of the cell a handle names (not checked against the generation: they are the
+    /// ticket's own if a later state CAS at the handle's generation succeeds, or if the caller
+    /// owns the ticket).
+    pub(crate) fn fields(&self, ticket: Ticket) -> Option<Fields> {
+        let cell = self.cell(ticket)?;
+        // Relaxed: ordered by whatever made the ticket the caller's (queue pop Acquire, state
+        // CAS AcqRel); see the module docs.
+        Some(Fields {
+            tenant: cell.tenant.load(Ordering::Relaxed),
+            cost: cell.cost.load(Ordering::Relaxed),
+            position: cell.position.load(Ordering::Relaxed),
+            downstream: cell.downstream.load(Ordering::Relaxed),
+            user_data: cell.user_data.load(Ordering::Relaxed),
+            deadline: cell.deadline.load(Ordering::Relaxed),
+            not_before: cell.not_before.load(Ordering::Relaxed),
+            enqueued_at: cell.enqueued_at.load(Ordering::Relaxed),
+            estimated_wait: cell.estimated_wait.load(Ordering::Relaxed),
+        })
+    }
+
+    /// A staged head's not-before time (0 for a handle out of range).
+    pub(crate) fn not_before(&self, ticket: Ticket) -> u64 {
+        // Relaxed: as `fields`.
+        self.cell(ticket)
+            .map_or(0, |c| c.not_before.load(Ordering::Relaxed))
     }
 
     /// Marks an allocated (or requeuing) ticket as queued. Release: a thread that sees `QUEUED`

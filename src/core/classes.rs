@@ -28,17 +28,18 @@
 //! `fetch_add` each, which conserves the sum just as the single steps would), and publishes it;
 //! each later pick takes the next entry with one `fetch_add` on the batch cursor. Single-threaded
 //! with constant gains, the sequence is exactly the step-by-step one. A batch is dropped when a
-//! class becomes ready or idle, or its boost changes (`epoch`); a change in a class's ready count
+//! class becomes ready or idle, or its extra weight changes (`epoch`); a change in a class's ready count
 //! alone leaves it at most `BATCH` picks stale. The next batch's computer first closes the cursor
 //! on the old one (a swap, which also says how many of its picks were claimed) and refunds the
 //! unclaimed picks, so dropping a batch costs no class its service. A batch rewritten while being
 //! read is detected by its sequence word (a seqlock), and the reader falls back to a single step.
 //! A refund of a batched pick undoes exactly that step, with the batch's gains.
 
+use crate::core::hooks::ClassId;
+use crate::core::tenants::{TenantSlot, NIL};
 use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
 };
-use crate::tenant::{TenantSlot, TenantTable, NIL};
 
 /// Most classes; `ExcludeMask` has one bit per class.
 pub(crate) const CLASS_LIMIT: usize = 64;
@@ -56,9 +57,9 @@ pub(crate) struct Class {
     derate: AtomicI64,
     /// SWRR current weight.
     current: AtomicI64,
-    /// Extra SWRR weight from wait boosts (`policy.rs`): +1 per boosted tenant. 0 unless the
-    /// wait boost is on.
-    boost: AtomicI64,
+    /// Extra SWRR weight a feature gives the class, in weight units (the wait boost: +1 per
+    /// boosted tenant). 0 unless a feature sets it.
+    extra: AtomicI64,
     /// Visits started in this class: lets a tenant that was held by another granter while its
     /// turn came round make up the visits it missed.
     visits: AtomicU64,
@@ -75,7 +76,7 @@ pub(crate) struct Class {
 
 impl Class {
     /// SWRR weight with `ready` (> 0) ready tenants, in units of 1/`FACTOR_ONE`: the sum of their
-    /// effective weights (`weight × ready` when no factor is set), plus any wait boosts.
+    /// effective weights (`weight × ready` when no factor is set), plus its extra weight.
     #[inline]
     fn gain(&self, ready: i64) -> i64 {
         // Relaxed: see `Classes::pick`. `ready` and `derate` are read apart, so a holder between
@@ -83,18 +84,18 @@ impl Class {
         // and the floor of 1 keeps a class with ready tenants in the pick.
         let effective = (ready * FACTOR_ONE - self.derate.load(Ordering::Relaxed)).max(1);
         i64::from(self.weight.load(Ordering::Relaxed)) * effective
-            + self.boost.load(Ordering::Relaxed).max(0) * FACTOR_ONE
+            + self.extra.load(Ordering::Relaxed).max(0) * FACTOR_ONE
     }
 }
 
-/// A tenant's effective-weight factor for "full weight" (fleet mode scales it down).
-pub(crate) const FACTOR_ONE: i64 = 1 << 10;
+/// Full weight in the fixed point of effective weights (`limits::FACTOR_ONE`), as a gain.
+const FACTOR_ONE: i64 = crate::limits::FACTOR_ONE as i64;
 
 pub(crate) struct Classes {
     classes: Box<[CachePadded<Class>]>,
     /// Classes in use; they fill from index 0 and are never freed.
     allocated: AtomicU32,
-    /// Bumped when a class becomes ready or idle, or its boost changes: drops the batch.
+    /// Bumped when a class becomes ready or idle, or its extra weight changes: drops the batch.
     epoch: CachePadded<AtomicU64>,
     /// Precomputed picks (module docs).
     schedule: Schedule,
@@ -199,7 +200,7 @@ impl Classes {
                         ready: AtomicI64::new(0),
                         derate: AtomicI64::new(0),
                         current: AtomicI64::new(0),
-                        boost: AtomicI64::new(0),
+                        extra: AtomicI64::new(0),
                         visits: AtomicU64::new(0),
                         quantum: AtomicU32::new(1),
                         visiting: AtomicU32::new(NIL),
@@ -220,9 +221,9 @@ impl Classes {
         }
     }
 
-    /// A class became ready or idle, or its boost changed: the batch no longer applies.
+    /// A class became ready or idle, or its extra weight changed: the batch no longer applies.
     fn invalidate(&self) {
-        // Release: the ready-count change (or boost) made before this bump is visible to a batch
+        // Release: the ready-count change (or extra weight) made before this bump is visible to a batch
         // computer that reads the new epoch (its Acquire load in `compute_batch`). Without it a
         // computer could record the new epoch with the old, empty ready set: a batch of length 0
         // that every later pick trusts, answering Empty for good. The bump carries liveness.
@@ -259,6 +260,18 @@ impl Classes {
         // Release: the weight is visible before the class is counted.
         self.allocated.store(c as u32 + 1, Ordering::Release);
         Some(c as u32)
+    }
+
+    /// A class that exists from the start and is never freed (the default weight, tiers).
+    pub(crate) fn pin(&self, weight: u32) {
+        let class = self.ensure(weight);
+        debug_assert!(class.is_some(), "validated to fit max_weight_classes");
+    }
+
+    /// Whether every weight of `weights` (distinct) can have a class at once.
+    pub(crate) fn can_hold(&self, weights: &[u32]) -> bool {
+        let missing = weights.iter().filter(|&&w| self.find(w).is_none()).count();
+        self.allocated() + missing <= self.classes.len()
     }
 
     pub(crate) fn weight(&self, class: u32) -> u32 {
@@ -440,17 +453,20 @@ impl Classes {
         for (c, r) in current[..allocated].iter_mut().zip(refund) {
             *c += r;
         }
-        // A class's credit is its lag times the total gain it was earned at. When the total
-        // changes (a class joined or left, a ready count moved), rescale the ready classes'
-        // credits to the new total, so each keeps its lag in cost units.
-        let earned_at = schedule.scale_total.load(Ordering::Relaxed);
-        if total > 0 && earned_at > 0 && earned_at != total {
-            for c in 0..allocated {
-                if weights[c] != 0 {
-                    current[c] =
-                        (i128::from(current[c]) * i128::from(total) / i128::from(earned_at)) as i64;
-                }
-            }
+        // A class's credit is minus its lag times the total gain it was earned at (SWRR picks the
+        // class most behind). An idle class's lag is forgiven: its credit goes to the ready
+        // classes, in proportion to their gains, so credit stays conserved and a class that
+        // rejoins starts level. When the total changed (a class joined or left, a ready count
+        // moved), the ready classes' credits are rescaled to it, so each keeps its lag in cost
+        // units.
+        if total > 0 {
+            let earned_at = schedule.scale_total.load(Ordering::Relaxed);
+            settle(
+                &mut current[..allocated],
+                &weights[..allocated],
+                total,
+                earned_at,
+            );
         }
         if total > 0 {
             schedule.scale_total.store(total, Ordering::Relaxed);
@@ -592,7 +608,8 @@ impl Classes {
     }
 
     /// Charges class `winner` for `steps` unit steps at today's weights (cost corrections).
-    pub(crate) fn charge(&self, winner: usize, steps: i64) {
+    /// Returns the total gain it charged at.
+    pub(crate) fn charge(&self, winner: usize, steps: i64) -> i64 {
         let mut weights = [0i64; CLASS_LIMIT];
         let mut total = 0;
         for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
@@ -603,6 +620,7 @@ impl Classes {
         if total > 0 {
             self.repeat(winner, total, &weights, steps);
         }
+        total
     }
 
     /// Takes the next tenant to serve from `class`: the visitor if its visit continues (`false`),
@@ -635,29 +653,18 @@ impl Classes {
         before
     }
 
-    /// Classes in use (indices `0..allocated_count()`).
-    pub(crate) fn allocated_count(&self) -> usize {
-        self.allocated()
-    }
-
-    /// `class`'s SWRR weight now (`weight × ready + boost`), 0 when it has no ready tenant.
-    pub(crate) fn gain(&self, class: usize) -> i64 {
-        let class = &self.classes[class];
-        // Relaxed: like `pick`, a stale count only skews one decision.
-        let ready = class.ready.load(Ordering::Relaxed);
-        if ready <= 0 {
-            return 0;
-        }
-        class.gain(ready)
-    }
-
-    /// Adds `delta` wait-boost weight units to `class` (`policy.rs`).
-    pub(crate) fn add_boost(&self, class: usize, delta: i64) {
+    /// Adds `delta` extra weight units to `class` (a feature's decision, e.g. a wait boost).
+    pub(crate) fn add_extra(&self, class: ClassId, delta: i64) {
         // Relaxed: a weight, read by picks like `ready`.
-        self.classes[class]
-            .boost
+        self.classes[class as usize]
+            .extra
             .fetch_add(delta, Ordering::Relaxed);
         self.invalidate();
+    }
+
+    /// A read-only view for features.
+    pub(crate) fn view(&self) -> ClassView<'_> {
+        ClassView { classes: self }
     }
 
     /// Starts a visit of a tenant whose last visit began at visit number `*last_visit`: returns
@@ -696,7 +703,9 @@ impl Classes {
                 .fetch_add(FACTOR_ONE - i64::from(factor), Ordering::Relaxed);
         }
         if class.ready.fetch_add(1, Ordering::Relaxed) == 0 {
-            class.current.store(0, Ordering::Relaxed);
+            // The class's credit is left as it is: with batched picks its lag was handed to the
+            // ready classes when it went idle (`settle`), so it rejoins level; stepping singly it
+            // keeps its lag. Either way no credit is lost or made up.
             self.invalidate();
         }
         slot.last_visit
@@ -764,107 +773,62 @@ impl Classes {
     }
 }
 
-/// Timing-wheel granularity: 2^20 ns, about 1.05 ms.
-const TICK_SHIFT: u32 = 20;
-/// Buckets: a horizon of about 268 ms. Later entries wait in their bucket and are re-parked.
-const BUCKETS: u64 = 256;
-
-/// Tenants whose staged head is not ready yet, bucketed by the tick it becomes ready.
-///
-/// Each bucket is a Treiber stack of tenant indices linked through `TenantSlot::wheel_next`, with
-/// push by CAS and drain by `swap(NIL)`. A drain takes the whole list, so there is no ABA: a push
-/// only needs the head it read to still be the head. A tenant is in at most one bucket, put there
-/// by the thread holding its turn.
-pub(crate) struct Wheel {
-    buckets: Box<[AtomicU32]>,
-    /// Last tick drained. Only moves forward.
-    cursor: CachePadded<AtomicU64>,
-    /// Tenants parked now.
-    parked: CachePadded<AtomicU64>,
+/// Moves the idle classes' (`gains == 0`) credits to the ready ones in proportion to their gains,
+/// then rescales the ready ones by `total / earned_at` (when `earned_at` is set and differs). The
+/// sum of all credits is kept exactly (rounding goes to the last ready class). No allocation: it
+/// runs in `next_grant`.
+fn settle(current: &mut [i64], gains: &[i64], total: i64, earned_at: i64) {
+    let all: i128 = current.iter().map(|&c| i128::from(c)).sum();
+    let mut idle = 0i128;
+    for (c, &gain) in current.iter_mut().zip(gains) {
+        if gain == 0 {
+            idle += i128::from(*c);
+            *c = 0;
+        }
+    }
+    let rescale = earned_at > 0 && earned_at != total;
+    let Some(last) = gains.iter().rposition(|&g| g != 0) else {
+        return;
+    };
+    for (c, &gain) in current.iter_mut().zip(gains) {
+        if gain == 0 {
+            continue;
+        }
+        let mut credit = i128::from(*c) + idle * i128::from(gain) / i128::from(total);
+        if rescale {
+            credit = credit * i128::from(total) / i128::from(earned_at);
+        }
+        *c = credit as i64;
+    }
+    let kept: i128 = current.iter().map(|&c| i128::from(c)).sum();
+    current[last] = (i128::from(current[last]) + all - kept) as i64;
 }
 
-impl Wheel {
-    pub(crate) fn new(now: u64) -> Wheel {
-        Wheel {
-            buckets: (0..BUCKETS).map(|_| AtomicU32::new(NIL)).collect(),
-            cursor: CachePadded::new(AtomicU64::new(now >> TICK_SHIFT)),
-            parked: CachePadded::new(AtomicU64::new(0)),
-        }
+/// A read-only view of the classes for a feature (the starvation guard): their number and their
+/// SWRR gains now.
+pub(crate) struct ClassView<'a> {
+    classes: &'a Classes,
+}
+
+impl ClassView<'_> {
+    /// Classes in use (indices `0..count()`).
+    pub(crate) fn count(&self) -> usize {
+        self.classes.allocated()
     }
 
-    /// Parks `tenant` until `not_before`. The caller holds the tenant's turn and gives it up.
-    ///
-    /// Returns the tick of the bucket if a concurrent `advance` had already drained it when the
-    /// tenant landed there: the caller must then `drain` that bucket itself, or the tenant would
-    /// wait a whole revolution.
-    #[must_use]
-    pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) -> Option<u64> {
-        let cursor = self.cursor.load(Ordering::SeqCst);
-        let tick = (not_before >> TICK_SHIFT).max(cursor + 1);
-        let bucket = &self.buckets[(tick % BUCKETS) as usize];
-        self.parked.fetch_add(1, Ordering::Relaxed);
-        let slot = tenants.slot(tenant);
-        let mut head = bucket.load(Ordering::Relaxed);
-        loop {
-            slot.wheel_next.store(head, Ordering::Relaxed);
-            // SeqCst, not just Release (which makes the link and the staged head visible to the
-            // drainer's swap): it also orders this push before the cursor re-read below, against
-            // the drainer's cursor CAS before its swap (a store-load pair on each side).
-            match bucket.compare_exchange_weak(head, tenant, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(seen) => head = seen,
-            }
+    /// `class`'s SWRR gain now, 0 when it has no ready tenant.
+    pub(crate) fn gain(&self, class: usize) -> i64 {
+        let class = &self.classes.classes[class];
+        // Relaxed: like `pick`, a stale count only skews one decision.
+        let ready = class.ready.load(Ordering::Relaxed);
+        if ready <= 0 {
+            return 0;
         }
-        // SeqCst: see above. If the cursor has passed our tick, the drain may have missed us.
-        (self.cursor.load(Ordering::SeqCst) >= tick).then_some(tick)
+        class.gain(ready)
     }
 
-    /// Drains the bucket of `tick` now, calling `wake` for each tenant in it (entries for later
-    /// revolutions are woken too; `wake` re-parks what is not ready).
-    pub(crate) fn drain(&self, tenants: &TenantTable, tick: u64, mut wake: impl FnMut(u32)) {
-        // SeqCst: pairs with the parkers' SeqCst push; their links are visible.
-        let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::SeqCst);
-        while tenant != NIL {
-            let next = tenants.slot(tenant).wheel_next.load(Ordering::Relaxed);
-            self.parked.fetch_sub(1, Ordering::Relaxed);
-            wake(tenant);
-            tenant = next;
-        }
-    }
-
-    /// Drains every bucket whose tick has passed, calling `wake` for each tenant in them. One
-    /// caller at a time advances the cursor; the others return at once.
-    pub(crate) fn advance(&self, tenants: &TenantTable, now: u64, mut wake: impl FnMut(u32)) {
-        if self.parked.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let target = now >> TICK_SHIFT;
-        // Relaxed: a hint; the CAS below decides.
-        let from = self.cursor.load(Ordering::Relaxed);
-        if target <= from {
-            return;
-        }
-        // SeqCst: one winner per advance. A parker either reads the new cursor (and parks
-        // beyond it), or its push is ordered before our swap, or it sees the cursor passed its
-        // tick and drains the bucket itself (see `park`).
-        if self
-            .cursor
-            .compare_exchange(from, target, Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        let last = target.min(from + BUCKETS);
-        for tick in from + 1..=last {
-            self.drain(tenants, tick, &mut wake);
-        }
-    }
-
-    /// The earliest time a parked tenant may become ready, if any is parked (for caller timers).
-    pub(crate) fn next_tick_ns(&self) -> Option<u64> {
-        if self.parked.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        Some((self.cursor.load(Ordering::Acquire) + 1) << TICK_SHIFT)
+    /// The sum of the ready classes' gains (a pick's total).
+    pub(crate) fn total(&self) -> i64 {
+        (0..self.count()).map(|c| self.gain(c)).sum()
     }
 }

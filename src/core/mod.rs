@@ -1,0 +1,1191 @@
+//! The scheduler core: tickets, the tenant table, weight classes, the timing wheel and permits,
+//! and the operations over them (`enqueue`, `next_grant`, `complete`, `cancel`, `expire`).
+//!
+//! The core is complete on its own. Features (fairness indicators, weight policies, bulkheads)
+//! plug in through one seam, [`Hooks`] (`hooks.rs`), whose no-op defaults compile away; the core
+//! imports none of them.
+//!
+//! # Who holds a tenant's turn
+//! At any time at most one thread holds a tenant's *turn*: the right to pop its queue, stage its
+//! head and place it (in a class ring, the timing wheel, or nowhere when it goes idle). The turn
+//! passes through the tenant's `queued` count (see `tenants.rs`): the enqueuer that raises it from
+//! 0 activates the tenant; a granter that pops the tenant from its class ring holds it until it
+//! puts it back; a wheel drainer holds it while it decides; a feature that blocked it (a full
+//! bulkhead pool) holds it until it hands it back. So the staged head and the DRR credit need no
+//! synchronisation of their own.
+//!
+//! # Hot path
+//! `enqueue`, `next_grant`, `complete` and `cancel` allocate nothing and take no lock: atomics,
+//! ring pushes and pops, and a read of the weight table through `ArcSwap`.
+
+pub(crate) mod classes;
+pub(crate) mod hooks;
+mod permits;
+mod ring;
+mod tenants;
+mod tickets;
+mod wheel;
+
+use crate::identity::TenantKey;
+use crate::limits::{FACTOR_ONE, MAX_COST, MAX_WEIGHT, MIN_FLEET_FACTOR, MS};
+use crate::sync::{AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
+use crate::types::{
+    Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
+    Stats, Ticket,
+};
+use crate::weights::WeightTable;
+
+pub(crate) use classes::ClassView;
+use classes::{ClassWeights, Classes, CLASS_LIMIT};
+pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
+use permits::Permits;
+#[cfg(loom)]
+pub use ring::set_full_rings;
+use ring::Next;
+pub(crate) use tenants::{ring_capacity, slot_count};
+use tenants::{TenantSlot, TenantTable};
+use tickets::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
+use wheel::Wheel;
+
+#[cfg(loom)]
+pub use classes::with_batched_picks;
+
+/// Most visits a tenant can make up at once after missing turns while held.
+const MAKEUP_VISITS: i64 = 8;
+/// DRR credit is kept in 1/`FACTOR_ONE` cost units, so a fleet factor scales it without rounding.
+const CREDIT_UNIT: i64 = FACTOR_ONE as i64;
+/// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
+const DEBT_QUANTA: i64 = 8;
+/// `live` pins `enqueue` takes on a slot: the ticket's own, and `push_queued`'s extra pin.
+const ENQUEUE_PINS: u64 = 2;
+/// The clock high-water mark is rewritten at most this often (ns).
+const CLOCK_STEP: u64 = MS;
+/// Counter shards: spread by ticket index, so threads rarely share a counter line.
+const SHARDS: usize = 8;
+/// Push attempts into a tenant's ring, each after a compaction, before a request is refused.
+const PUSH_ATTEMPTS: usize = 16;
+/// Tenants one pick tries in its class after spent visits before it hands the pick back. Only a
+/// reduced effective weight (fleet mode) or a cost above the quantum spends visits.
+const SPENT_VISITS: u32 = 8;
+
+/// The sizes and bounds the core is built with (from `Config`, validated there).
+#[derive(Clone, Debug)]
+pub(crate) struct Limits {
+    pub(crate) max_tenants: u32,
+    pub(crate) tenant_queue_capacity: u32,
+    pub(crate) queue_capacity: u32,
+    pub(crate) max_in_flight: u32,
+    pub(crate) default_weight: u32,
+    pub(crate) max_wait_ns: u64,
+    pub(crate) tenant_idle_ns: u64,
+    pub(crate) max_weight_classes: u32,
+    /// Weights whose classes exist from the start and are never freed (tiers).
+    pub(crate) pinned_weights: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Counters {
+    enqueued: AtomicU64,
+    completed: AtomicU64,
+    requeued: AtomicU64,
+    cancelled: AtomicU64,
+    expired: AtomicU64,
+    refused_after_wait: AtomicU64,
+    refused: [AtomicU64; 9],
+}
+
+fn bump(counter: &AtomicU64) {
+    // Relaxed: statistics; no data is published through counters.
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One tenant as fleet mode's sync loop sees it (`Engine::fleet_tenants`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetTenant {
+    /// The tenant.
+    pub tenant: TenantKey,
+    /// Its configured weight.
+    pub weight: u32,
+    /// Its effective-weight factor now (1024 = full weight).
+    pub factor: u32,
+    /// Cost units granted here since it took its slot.
+    pub served_cost: u64,
+    /// Requests it has queued here now.
+    pub queued: u64,
+}
+
+/// What a feature reads of one tenant, off the hot path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TenantView {
+    pub(crate) slot: SlotId,
+    pub(crate) key: TenantKey,
+    /// Configured weight.
+    pub(crate) weight: u32,
+    /// The weight of its class now (the feedback controller may have moved it).
+    pub(crate) class_weight: u32,
+    pub(crate) class: ClassId,
+    /// Its effective weight as its class counts it, in 1/`FACTOR_ONE` units.
+    pub(crate) effective_weight: u64,
+    /// Grants and cost units since it took the slot.
+    pub(crate) granted: u64,
+    pub(crate) granted_cost: u64,
+}
+
+/// What became of a ticket `push_queued` published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pushed {
+    /// In its tenant's queue.
+    Queued,
+    /// Not pushed: it ended here, refused.
+    Refused,
+    /// Not pushed, but a cancel ended it first: it counts as queued, then cancelled.
+    Cancelled,
+}
+
+/// What serving one held tenant produced.
+enum Served {
+    Grant(Grant, u32),
+    Expired(Expired),
+    /// The tenant had nothing to grant now (parked, idle, blocked): pick again.
+    Nothing,
+    /// Its DRR visit was spent (credit short of its head's cost): the class's next tenant may
+    /// use the pick.
+    Spent,
+}
+
+/// The scheduler core, with the features `H` plugged into its seam.
+pub(crate) struct Core<H> {
+    limits: Limits,
+    tickets: TicketSlab,
+    tenants: TenantTable,
+    classes: Classes,
+    wheel: Wheel,
+    weights: SharedPtr<WeightTable>,
+    /// Serialises weight-table writers and class allocation (never taken on the hot path).
+    admin: Mutex<()>,
+    /// Requests queued and grants out: the global bound and the in-flight permits.
+    permits: Permits,
+    /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
+    clock: CachePadded<AtomicU64>,
+    counters: Box<[CachePadded<Counters>]>,
+    hooks: H,
+}
+
+impl<H: Hooks> Core<H> {
+    /// Builds the core: every table is allocated here, none later.
+    pub(crate) fn new(limits: Limits, hooks: H) -> Core<H> {
+        let slots = slot_count(limits.max_tenants as usize);
+        let classes = Classes::new(limits.max_weight_classes as usize, slots);
+        classes.pin(limits.default_weight);
+        for &weight in &limits.pinned_weights {
+            classes.pin(weight); // validated to fit max_weight_classes
+        }
+        Core {
+            tickets: TicketSlab::new(
+                limits.queue_capacity as usize + limits.max_in_flight as usize,
+            ),
+            tenants: TenantTable::new(
+                limits.max_tenants as usize,
+                limits.tenant_queue_capacity as usize,
+                limits.tenant_idle_ns,
+            ),
+            classes,
+            wheel: Wheel::new(0),
+            weights: SharedPtr::new(WeightTable::new(limits.default_weight)),
+            admin: Mutex::new(()),
+            permits: Permits::new(limits.queue_capacity, limits.max_in_flight),
+            clock: CachePadded::new(AtomicU64::new(0)),
+            counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            limits,
+            hooks,
+        }
+    }
+
+    /// The features plugged in.
+    pub(crate) fn hooks(&self) -> &H {
+        &self.hooks
+    }
+
+    /// Makes the core's view of time monotonic: a `now` behind the high-water mark is raised
+    /// to it. The mark is rewritten only when time moved `CLOCK_STEP` on, so the hot path
+    /// mostly reads a shared line rather than writing it.
+    fn monotonic(&self, now: u64) -> u64 {
+        // Relaxed: the mark orders nothing; it only bounds how far back `now` may go.
+        let mark = self.clock.load(Ordering::Relaxed);
+        if now < mark {
+            return mark;
+        }
+        if now - mark >= CLOCK_STEP {
+            self.clock.fetch_max(now, Ordering::Relaxed);
+        }
+        now
+    }
+
+    fn shard(&self, spread: u64) -> &Counters {
+        &self.counters[(spread as usize) % SHARDS]
+    }
+
+    // ---------------------------------------------------------------- enqueue
+
+    /// Counts a request refused before it reached a tenant slot (disabled, not queueable, no
+    /// tenant). `spread` picks the counter shard.
+    pub(crate) fn refuse_on_arrival(&self, spread: u64, reason: Reason, position: u32) -> Enqueued {
+        bump(&self.shard(spread).refused[reason.index()]);
+        Enqueued::Refused(Refusal {
+            reason,
+            position,
+            waited_ns: 0,
+        })
+    }
+
+    /// Checks what a request carries (cost, downstream) before anything else happens to it.
+    pub(crate) fn check_request(&self, request: &Request) -> Result<(), Error> {
+        if request.cost == 0 || request.cost > MAX_COST {
+            return Err(Error::InvalidArgument("cost must be in 1..=1000000"));
+        }
+        self.hooks.check_downstream(request.downstream)
+    }
+
+    /// Holds a request of tenant `key` in its tenant's queue, or refuses it at once with a reason
+    /// and the position it would have had. `now` is monotonic ns. The caller checked the request
+    /// (`check_request`).
+    pub(crate) fn enqueue(
+        &self,
+        key: TenantKey,
+        request: &Request,
+        now: u64,
+    ) -> Result<Enqueued, Error> {
+        let now = self.monotonic(now);
+        let spread = request.user_data;
+        let budget = match request.timeout_ns {
+            0 => self.limits.max_wait_ns,
+            timeout => timeout.min(self.limits.max_wait_ns),
+        };
+        // Two pins in one RMW: one becomes the ticket's `live` count, the other is
+        // `push_queued`'s extra pin (see there). Both are released on a refusal.
+        let Ok(t) = self
+            .tenants
+            .pin_or_claim(key.get(), now, ENQUEUE_PINS, |t, slot| {
+                self.init_slot(t, slot, key.get())
+            })
+        else {
+            return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
+        };
+        self.hooks.request(t);
+        let refuse = |reason, position| {
+            self.hooks.refused_on_arrival(t);
+            self.tenants.release_live(t, ENQUEUE_PINS, now);
+            Ok(self.refuse_on_arrival(spread, reason, position))
+        };
+        let position = match self.reserve(t) {
+            Ok(position) => position,
+            Err(refusal) => return refuse(refusal.reason, refusal.position),
+        };
+        if request.retry_after_ns > budget {
+            self.unreserve(t);
+            return refuse(Reason::WaitExceedsBudget, position);
+        }
+        let Some(ticket) = self.tickets.alloc() else {
+            // Unreachable: the slab holds everything queued plus everything in flight.
+            self.unreserve(t);
+            return refuse(Reason::QueueFull, position);
+        };
+        let slot = self.tenants.slot(t);
+        let estimated_wait_ns = self.estimate(slot, request.retry_after_ns, position);
+        self.tickets.fill(
+            ticket,
+            tickets::Fields {
+                tenant: t,
+                cost: request.cost,
+                position,
+                downstream: request.downstream,
+                user_data: request.user_data,
+                deadline: now.saturating_add(budget),
+                not_before: now.saturating_add(request.retry_after_ns),
+                enqueued_at: now,
+                estimated_wait: estimated_wait_ns,
+            },
+        );
+        debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
+        if self.push_queued(t, ticket, now, true) == Pushed::Refused {
+            // The slot may be idle now; it is reused only after tenant_idle_ms.
+            self.hooks.refused_on_arrival(t);
+            bump(&self.shard(spread).refused[Reason::TenantQueueFull.index()]);
+            return Ok(Enqueued::Refused(Refusal {
+                reason: Reason::TenantQueueFull,
+                position,
+                waited_ns: 0,
+            }));
+        }
+        bump(&self.shard(u64::from(ticket.index())).enqueued);
+        Ok(Enqueued::Queued {
+            ticket,
+            position,
+            estimated_wait_ns,
+        })
+    }
+
+    /// Sets up a slot just claimed for `key`, while the claimer holds it exclusively.
+    fn init_slot(&self, t: SlotId, slot: &TenantSlot, key: u64) {
+        let weight = self.weights.with(|w| w.get(key));
+        // `set_weight` creates a weight's class before it publishes the weight, so it exists.
+        let class = self.classes.find(weight).unwrap_or(0);
+        slot.weight.store(weight, Ordering::Relaxed);
+        slot.class.store(class, Ordering::Relaxed);
+        self.hooks.claimed(t);
+    }
+
+    /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
+    /// Each bound is taken with one CAS, so neither count ever reads above its bound.
+    fn reserve(&self, t: SlotId) -> Result<u32, Refusal> {
+        let slot = self.tenants.slot(t);
+        let refusal = |reason, ahead: u32| Refusal {
+            reason,
+            position: ahead.saturating_add(1),
+            waited_ns: 0,
+        };
+        let ahead =
+            crate::sync::increment_below_u32(&slot.depth, self.limits.tenant_queue_capacity)
+                .map_err(|ahead| refusal(Reason::TenantQueueFull, ahead))?;
+        if !self.permits.reserve_queued() {
+            // Relaxed: a bound counter (see `sync::increment_below`).
+            slot.depth.fetch_sub(1, Ordering::Relaxed);
+            return Err(refusal(Reason::QueueFull, ahead));
+        }
+        Ok(ahead + 1)
+    }
+
+    fn unreserve(&self, t: SlotId) {
+        // Relaxed: a bound counter.
+        self.tenants.slot(t).depth.fetch_sub(1, Ordering::Relaxed);
+        self.permits.unreserve_queued();
+    }
+
+    fn estimate(&self, slot: &TenantSlot, retry_after_ns: u64, position: u32) -> u64 {
+        let interval = slot.interval.load(Ordering::Relaxed);
+        retry_after_ns.saturating_add(interval.saturating_mul(u64::from(position)))
+    }
+
+    /// Publishes a reserved ticket into tenant `t`'s queue and announces it, activating the
+    /// tenant if it was idle. If it cannot be pushed (see `push_entry`) the ticket ends here and
+    /// every reservation is released (`Pushed::Refused`), unless a cancel ended it first
+    /// (`Pushed::Cancelled`: the request was queued, then cancelled, and ended once, there).
+    /// `pinned`: the caller already holds the extra pin described below (`enqueue` takes it with
+    /// its own).
+    fn push_queued(&self, t: SlotId, ticket: Ticket, now: u64, pinned: bool) -> Pushed {
+        // An extra pin for the window between publishing the ticket and announcing its entry: a
+        // cancel may end the ticket as soon as it is published and drop the ticket's own `live`
+        // count, and without this pin the slot's counts could touch 0 (idle, stealable, and the
+        // active-tenant gauge decremented) with an entry about to be announced. Found by the
+        // loom model tickets::requeue_vs_cancel.
+        if !pinned {
+            self.tenants.pin_again(t);
+        }
+        self.tickets.publish(ticket);
+        if !self.push_entry(t, ticket) {
+            // Only when producers that have not finished writing hold the free entries. A cancel
+            // may have ended the ticket since `publish` (then the canceller released it all and
+            // the request ended there, once).
+            let ours = self.tickets.end(ticket, QUEUED);
+            if ours {
+                self.unreserve(t);
+                self.tenants.release_live(t, 1, now);
+            }
+            self.tenants.release_live(t, 1, now); // the extra pin
+            #[cfg(fairq_broken)]
+            if crate::broken::on(crate::broken::Break::Requeue) {
+                return Pushed::Refused; // Broken on purpose: refused even if a cancel ended it.
+            }
+            return if ours {
+                Pushed::Refused
+            } else {
+                Pushed::Cancelled
+            };
+        }
+        // Announces the entry and drops the extra pin in one RMW.
+        if self.tenants.announce(t).queued() == 0 {
+            self.activate(t, now);
+        }
+        Pushed::Queued
+    }
+
+    /// Pushes a published ticket's handle into tenant `t`'s ring. A full ring holds dead entries
+    /// (the reservation says a live place is free): compact it and try again.
+    fn push_entry(&self, t: SlotId, ticket: Ticket) -> bool {
+        let queue = &self.tenants.slot(t).queue;
+        let backoff = Backoff::new();
+        for _ in 0..PUSH_ATTEMPTS {
+            if queue.push(ticket.0).is_ok() {
+                return true;
+            }
+            if queue.compact(|handle| self.tickets.lookup(Ticket(handle)) != Lookup::Live(QUEUED))
+                == 0
+            {
+                // Another consumer holds the ring, or producers are mid-write: let them finish.
+                backoff.snooze();
+            }
+        }
+        false
+    }
+
+    /// The caller raised `queued` from 0 and so holds the tenant's turn: stage the head, place it.
+    fn activate(&self, t: SlotId, now: u64) {
+        let slot = self.tenants.slot(t);
+        let staged = match slot.queue.take_next() {
+            Next::Handle(head) => {
+                slot.staged.store(head, Ordering::Relaxed);
+                true
+            }
+            // Our own entry was dead and swept (a forged cancel): account it, take the next.
+            Next::Swept => self.next_head(t, now),
+        };
+        if staged {
+            slot.credit.store(0, Ordering::Relaxed);
+            slot.last_grant.store(now, Ordering::Relaxed);
+            self.place(t, None, false, now);
+        }
+    }
+
+    /// Places a tenant whose turn the caller holds and whose head is staged: in the wheel if the
+    /// head is not ready, else in its class's ready set. `counted_in` is the class whose ready
+    /// count already includes the tenant (a granter's), if any.
+    fn place(&self, t: SlotId, counted_in: Option<ClassId>, visit_continues: bool, now: u64) {
+        let slot = self.tenants.slot(t);
+        let head = Ticket(slot.staged.load(Ordering::Relaxed));
+        let class = slot.class.load(Ordering::Relaxed);
+        let alive = self.tickets.lookup(head) == Lookup::Live(QUEUED);
+        let not_before = self.tickets.not_before(head);
+        if alive && not_before > now {
+            if let Some(c) = counted_in {
+                self.leave_ready(t, c, now);
+            }
+            self.park(t, not_before, now);
+            return;
+        }
+        // Ready, or dead (cancelled/expired): a granter sweeps dead heads on its turn.
+        #[cfg(fairq_broken)]
+        let class = match counted_in {
+            // Broken on purpose: keep the tenant in the class it was taken from.
+            Some(c) if crate::broken::on(crate::broken::Break::Move) => c,
+            _ => class,
+        };
+        match counted_in {
+            Some(c) if c == class => self.classes.put_back(c, t, visit_continues, slot),
+            Some(c) => {
+                self.classes.leave(c, slot);
+                self.classes.make_ready(class, t, slot);
+            }
+            None => self.enter_ready(t, class, now),
+        }
+    }
+
+    /// Parks a tenant whose turn the caller holds until its head's `not_before`.
+    fn park(&self, t: SlotId, not_before: u64, now: u64) {
+        if let Some(missed) = self.wheel.park(&self.tenants, t, not_before) {
+            self.wheel
+                .drain(&self.tenants, missed, |t| self.place(t, None, false, now));
+        }
+    }
+
+    /// The holder makes tenant `t` ready in `class` (it was not ready).
+    fn enter_ready(&self, t: SlotId, class: ClassId, now: u64) {
+        self.hooks.became_ready(t, now);
+        self.classes.make_ready(class, t, self.tenants.slot(t));
+    }
+
+    /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).
+    fn leave_ready(&self, t: SlotId, class: ClassId, now: u64) {
+        let slot = self.tenants.slot(t);
+        if let Some(boosted) = self.hooks.left_ready(t, slot.effective_weight(), now) {
+            self.classes.add_extra(boosted, -1);
+        }
+        self.classes.leave(class, slot);
+    }
+
+    // ---------------------------------------------------------------- next_grant
+
+    /// Takes an in-flight permit and releases the next request by weighted fair order among the
+    /// tenants whose head is ready; `Expired` for a queued request whose budget ran out.
+    pub(crate) fn next_grant(&self, now: u64) -> NextGrant {
+        let now = self.monotonic(now);
+        self.wheel
+            .advance(&self.tenants, now, |t| self.place(t, None, false, now));
+        self.hooks
+            .blocked_due(now, &mut |t| self.place(t, None, false, now));
+        if !self.permits.acquire() {
+            return NextGrant::AtCapacity;
+        }
+        // A class owed service out of turn (the starvation guard, off by default) goes first,
+        // outside SWRR, so no SWRR credit changes.
+        if let Some(class) = self.hooks.due_class(&self.classes.view(), now) {
+            let total = self.classes.view().total();
+            if let Some((t, new_visit)) = self.classes.take(class as usize) {
+                match self.serve(t, class, new_visit, total, now) {
+                    Served::Grant(grant, _) => {
+                        self.hooks.served_out_of_turn();
+                        return NextGrant::Granted(grant);
+                    }
+                    Served::Expired(expired) => {
+                        self.permits.release();
+                        return NextGrant::Expired(expired);
+                    }
+                    Served::Nothing | Served::Spent => {}
+                }
+            }
+        }
+        let mut weights: ClassWeights = [0; CLASS_LIMIT];
+        let mut exclude = 0u64;
+        loop {
+            let Some((class, total)) = self.classes.pick(exclude, &mut weights) else {
+                self.permits.release();
+                return NextGrant::Empty;
+            };
+            // The class serves the pick: its ring's next tenant whose DRR credit covers its
+            // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
+            let mut spent = 0;
+            let served = loop {
+                let Some((t, new_visit)) = self.take_tenant(class) else {
+                    break None;
+                };
+                match self.serve(t, class as ClassId, new_visit, total, now) {
+                    Served::Spent if spent < SPENT_VISITS => spent += 1,
+                    other => break Some(other),
+                }
+            };
+            match served {
+                None => {
+                    // Another granter holds this class's tenants right now.
+                    self.classes.refund(class, total, &weights);
+                    exclude |= 1 << class;
+                }
+                Some(Served::Grant(grant, cost)) => {
+                    self.classes
+                        .repeat(class, total, &weights, i64::from(cost) - 1);
+                    return NextGrant::Granted(grant);
+                }
+                Some(Served::Expired(expired)) => {
+                    self.classes.refund(class, total, &weights);
+                    self.permits.release();
+                    return NextGrant::Expired(expired);
+                }
+                Some(Served::Nothing | Served::Spent) => {
+                    self.classes.refund(class, total, &weights)
+                }
+            }
+        }
+    }
+
+    /// Takes a tenant from the picked class. When the ring is empty but the class still counts
+    /// ready tenants, another granter holds them for a few hundred ns: wait briefly rather than
+    /// serve another class out of turn, which would skew shares when tenants are few. Gives up
+    /// after a bounded backoff, so a preempted holder never blocks us.
+    fn take_tenant(&self, class: usize) -> Option<(SlotId, bool)> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(taken) = self.classes.take(class) {
+                return Some(taken);
+            }
+            if self.classes.ready(class) <= 0 || backoff.is_completed() {
+                return None;
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Serves the tenant `t`, just taken from class `class`: sweeps dead heads, reports an expired
+    /// one, parks a not-ready one, else grants its head if its DRR credit covers the cost.
+    /// `total` is the SWRR weight of the pick (the ready weight), for the fairness indicators.
+    fn serve(
+        &self,
+        t: SlotId,
+        class: ClassId,
+        mut new_visit: bool,
+        total: i64,
+        now: u64,
+    ) -> Served {
+        let slot = self.tenants.slot(t);
+        loop {
+            let head = Ticket(slot.staged.load(Ordering::Relaxed));
+            let Some(fields) = self.tickets.fields(head) else {
+                debug_assert!(false, "staged handle out of range");
+                return Served::Nothing;
+            };
+            if self.tickets.lookup(head) != Lookup::Live(QUEUED) {
+                // Cancelled: sweep the tombstone.
+                if self.next_head(t, now) {
+                    continue;
+                }
+                self.leave_ready(t, class, now);
+                return Served::Nothing;
+            }
+            if now > fields.deadline {
+                let Some(expired) = self.expire_head(t, head, now) else {
+                    continue; // a cancel won; the next round sweeps it
+                };
+                self.after_turn(t, class, false, now);
+                return Served::Expired(expired);
+            }
+            if fields.not_before > now {
+                self.leave_ready(t, class, now);
+                self.park(t, fields.not_before, now);
+                return Served::Nothing;
+            }
+            if self.hooks.admit(fields.downstream) == Admit::No {
+                // Its bulkhead pool is full: it waits there, uncharged, its turn handed over.
+                self.leave_ready(t, class, now);
+                if let Some(u) = self.hooks.block(t, fields.downstream, fields.deadline) {
+                    self.place(u, None, false, now);
+                }
+                return Served::Nothing;
+            }
+            let cost = fields.cost;
+            let mut credit = slot.credit.load(Ordering::Relaxed);
+            if new_visit {
+                if slot.debt.load(Ordering::Relaxed) != 0 {
+                    let debt = slot.debt.swap(0, Ordering::Relaxed);
+                    credit = credit.saturating_sub(debt.saturating_mul(CREDIT_UNIT));
+                }
+                let quantum = i64::from(self.classes.quantum(class, cost));
+                // Visits it missed while another granter held it are made up (a few at most).
+                let owed = self
+                    .classes
+                    .start_visit(class, &slot.last_visit, MAKEUP_VISITS);
+                // A tenant at a reduced effective weight (fleet mode) earns credit in proportion.
+                let earned = quantum * owed * i64::from(slot.factor.load(Ordering::Relaxed));
+                // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
+                credit = credit.max(-DEBT_QUANTA * quantum * CREDIT_UNIT) + earned;
+                slot.credit.store(credit, Ordering::Relaxed);
+                new_visit = false;
+            }
+            if credit < i64::from(cost) * CREDIT_UNIT {
+                // This visit is spent; the next one adds a quantum.
+                if let Some(u) = self.hooks.unadmit(fields.downstream) {
+                    self.place(u, None, false, now);
+                }
+                self.classes.put_back(class, t, false, slot);
+                return Served::Spent;
+            }
+            if !self.tickets.transition(head, QUEUED, GRANTED) {
+                if let Some(u) = self.hooks.unadmit(fields.downstream) {
+                    self.place(u, None, false, now);
+                }
+                continue; // a cancel won; the next round sweeps it
+            }
+            slot.credit
+                .store(credit - i64::from(cost) * CREDIT_UNIT, Ordering::Relaxed);
+            self.unreserve(t);
+            slot.record_grant(cost, now);
+            let waited_ns = now.saturating_sub(fields.enqueued_at);
+            let event = GrantEvent {
+                slot: t,
+                class,
+                weight: slot.effective_weight(),
+                cost,
+                total,
+                waited_ns,
+                now,
+            };
+            if let Some(boosted) = self.hooks.granted(&event) {
+                self.classes.add_extra(boosted, -1);
+            }
+            let grant = Grant {
+                ticket: head,
+                tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
+                user_data: fields.user_data,
+                cost,
+                waited_ns,
+                position: fields.position,
+                estimated_wait_ns: fields.estimated_wait,
+                remaining_budget_ns: fields.deadline.saturating_sub(now),
+            };
+            self.after_turn(t, class, true, now);
+            // Hints for a prefetch, which is a no-op under loom: their atomics would only
+            // multiply the interleavings the models explore.
+            #[cfg(not(loom))]
+            self.prefetch_successor(t, class);
+            return Served::Grant(grant, cost);
+        }
+    }
+
+    /// Round robin makes the next grant in a class predictable: the tenant granted after `t`
+    /// last round. Records `t` (and its staged head) as the successor of the class's previous
+    /// grantee, whose lines are still warm, and prefetches the lines of `t`'s own successor and of
+    /// its head ticket, which with thousands of tenants are cache misses otherwise. Hints only:
+    /// Relaxed, stored only when they change, and a stale one costs a wasted prefetch.
+    #[cfg(not(loom))]
+    fn prefetch_successor(&self, t: SlotId, class: ClassId) {
+        let slot = self.tenants.slot(t);
+        let before = self.classes.swap_last_granted(class, t);
+        if before != t && (before as usize) < self.tenants.len() {
+            let previous = self.tenants.slot(before);
+            let head = Ticket(slot.staged.load(Ordering::Relaxed)).index();
+            previous.set_successor(t, head);
+        }
+        let (next, next_head) = slot.successor();
+        if (next as usize) < self.tenants.len() {
+            self.tenants.slot(next).prefetch();
+            self.tickets.prefetch(next_head);
+            self.hooks.prefetch(next);
+        }
+    }
+
+    /// The holder is done with the staged head: stage the next one if any. Returns false when the
+    /// tenant went idle (its turn is given up).
+    fn next_head(&self, t: SlotId, now: u64) -> bool {
+        let slot = self.tenants.slot(t);
+        loop {
+            if self.tenants.release_entry(t, now).queued() <= 1 {
+                return false;
+            }
+            match slot.queue.take_next() {
+                Next::Handle(head) => {
+                    slot.staged.store(head, Ordering::Relaxed);
+                    return true;
+                }
+                // A dead entry a compaction removed: it is accounted like a popped one.
+                Next::Swept => continue,
+            }
+        }
+    }
+
+    /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
+    fn after_turn(&self, t: SlotId, class: ClassId, granted: bool, now: u64) {
+        if !self.next_head(t, now) {
+            self.leave_ready(t, class, now);
+            return;
+        }
+        let slot = self.tenants.slot(t);
+        let visit_continues = granted && {
+            let next_cost = self
+                .tickets
+                .fields(Ticket(slot.staged.load(Ordering::Relaxed)))
+                .map_or(u32::MAX, |f| f.cost);
+            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * CREDIT_UNIT
+        };
+        self.place(t, Some(class), visit_continues, now);
+    }
+
+    /// Ends a queued head whose deadline passed. `None` if a cancel ended it first.
+    fn expire_head(&self, t: SlotId, head: Ticket, now: u64) -> Option<Expired> {
+        let fields = self.tickets.fields(head)?;
+        if !self.tickets.end(head, QUEUED) {
+            return None;
+        }
+        self.unreserve(t);
+        let waited_ns = now.saturating_sub(fields.enqueued_at);
+        // Before the release below: the slot is still pinned by this ticket.
+        self.hooks
+            .refused_after_wait(t, waited_ns, true, true, u64::from(head.index()));
+        let key = self.tenants.slot(t).key.load(Ordering::Relaxed);
+        self.tenants.release_live(t, 1, now);
+        let counters = self.shard(u64::from(head.index()));
+        bump(&counters.expired);
+        bump(&counters.refused[Reason::DeadlineExceeded.index()]);
+        Some(Expired {
+            ticket: head,
+            tenant: TenantKey::from_hash(key),
+            user_data: fields.user_data,
+            refusal: Refusal {
+                reason: Reason::DeadlineExceeded,
+                position: fields.position,
+                waited_ns,
+            },
+        })
+    }
+
+    // ---------------------------------------------------------------- complete / cancel
+
+    /// Ends a grant: gives its permit back, and either ends the ticket (admitted) or puts it back
+    /// in its tenant's queue (still refused) if the Retry-After fits its remaining budget.
+    /// `actual_cost`, when given, corrects the tenant's charge.
+    pub(crate) fn complete(
+        &self,
+        ticket: Ticket,
+        outcome: Outcome,
+        actual_cost: Option<u32>,
+        now: u64,
+    ) -> Result<Completion, Error> {
+        if actual_cost.is_some_and(|c| c > MAX_COST) {
+            return Err(Error::InvalidArgument("actual cost must be in 0..=1000000"));
+        }
+        let now = self.monotonic(now);
+        let Some(fields) = self.tickets.fields(ticket) else {
+            return Err(Error::StaleTicket);
+        };
+        let refused_state = || match self.tickets.lookup(ticket) {
+            Lookup::Stale => Error::StaleTicket,
+            Lookup::Live(_) => Error::TicketState,
+        };
+        // The fields are the ticket's own if the CAS below succeeds at the handle's generation
+        // (a granted ticket's fields no longer change; `tickets.rs`).
+        let t = fields.tenant;
+        let spread = u64::from(ticket.index());
+        let retry_after_ns = match outcome {
+            Outcome::StillRefused { retry_after_ns } => retry_after_ns,
+            Outcome::Admitted => {
+                // Straight from granted to free: one CAS. The slot stays pinned by the
+                // ticket's `live` count until the release below.
+                if !self.tickets.end(ticket, GRANTED) {
+                    return Err(refused_state());
+                }
+                self.correct_cost(t, fields.cost, actual_cost);
+                self.end_grant(fields.downstream, now);
+                self.tenants.release_live(t, 1, now);
+                bump(&self.shard(spread).completed);
+                return Ok(Completion::Completed);
+            }
+        };
+        if !self.tickets.transition(ticket, GRANTED, REQUEUING) {
+            return Err(refused_state());
+        }
+        // We own the ticket exclusively until we end or publish it.
+        self.correct_cost(t, fields.cost, actual_cost);
+        self.end_grant(fields.downstream, now);
+        let waited_ns = now.saturating_sub(fields.enqueued_at);
+        let refused = |reason: Reason, position: u32| {
+            self.hooks
+                .refused_after_wait(t, waited_ns, false, false, spread);
+            let counters = self.shard(spread);
+            bump(&counters.refused_after_wait);
+            bump(&counters.refused[reason.index()]);
+            Ok(Completion::Refused(Refusal {
+                reason,
+                position,
+                waited_ns,
+            }))
+        };
+        let refuse = |reason: Reason, position: u32| {
+            let counted = refused(reason, position); // while the ticket still pins the slot
+            self.tickets.end(ticket, REQUEUING);
+            self.tenants.release_live(t, 1, now);
+            counted
+        };
+        let position = match self.reserve(t) {
+            Ok(position) => position,
+            Err(refusal) => return refuse(refusal.reason, refusal.position),
+        };
+        if now.saturating_add(retry_after_ns) > fields.deadline {
+            self.unreserve(t);
+            return refuse(Reason::WaitExceedsBudget, position);
+        }
+        let estimated_wait_ns = self.estimate(self.tenants.slot(t), retry_after_ns, position);
+        self.tickets.requeue(
+            ticket,
+            now.saturating_add(retry_after_ns),
+            position,
+            estimated_wait_ns,
+        );
+        if self.push_queued(t, ticket, now, false) == Pushed::Refused {
+            // The slot may be idle now; it is reused only after tenant_idle_ms.
+            return refused(Reason::TenantQueueFull, position);
+        }
+        bump(&self.shard(spread).requeued);
+        Ok(Completion::Requeued {
+            position,
+            estimated_wait_ns,
+        })
+    }
+
+    /// A grant to `downstream` ended: its permits go back, and a feature may hand back a tenant.
+    fn end_grant(&self, downstream: u32, now: u64) {
+        self.permits.release();
+        if let Some(u) = self.hooks.released(downstream) {
+            self.place(u, None, false, now);
+        }
+    }
+
+    /// Corrects tenant `t`'s charge for a grant of estimated `cost` that really cost `actual`.
+    fn correct_cost(&self, t: SlotId, cost: u32, actual: Option<u32>) {
+        let Some(actual) = actual else { return };
+        let delta = i64::from(actual) - i64::from(cost);
+        if delta != 0 {
+            let slot = self.tenants.slot(t);
+            // The holder folds this into the credit at the tenant's next visit.
+            slot.debt.fetch_add(delta, Ordering::Relaxed);
+            slot.correct_granted_cost(delta);
+            let class = slot.class.load(Ordering::Relaxed);
+            let total = self.classes.charge(class as usize, delta);
+            self.hooks.cost_corrected(t, delta, total);
+        }
+    }
+
+    /// Ends a queued or granted ticket (`Cancelled`, the client went away), or a queued one whose
+    /// budget the caller's timer says has run out (`DeadlineExceeded`).
+    pub(crate) fn end_by_caller(
+        &self,
+        ticket: Ticket,
+        reason: Reason,
+        now: u64,
+    ) -> Result<Refusal, Error> {
+        let now = self.monotonic(now);
+        let backoff = Backoff::new();
+        loop {
+            let state = match self.tickets.lookup(ticket) {
+                Lookup::Stale => return Err(Error::StaleTicket),
+                Lookup::Live(QUEUED) => QUEUED,
+                Lookup::Live(GRANTED) if reason == Reason::Cancelled => GRANTED,
+                Lookup::Live(REQUEUING) => {
+                    // A completer is putting it back in its queue: a few stores. Wait, so the
+                    // cancel applies to the requeued ticket instead of being lost.
+                    backoff.snooze();
+                    continue;
+                }
+                Lookup::Live(_) => return Err(Error::TicketState),
+            };
+            let Some(fields) = self.tickets.fields(ticket) else {
+                return Err(Error::StaleTicket);
+            };
+            // The fields are valid if the `end` CAS below succeeds (same generation).
+            if !self.tickets.end(ticket, state) {
+                continue; // it moved (granted, or ended by someone else): look again
+            }
+            let t = fields.tenant;
+            let waited_ns = now.saturating_sub(fields.enqueued_at);
+            if state == QUEUED {
+                // Its entry stays in the queue as a dead one until the scheduler sweeps it.
+                self.unreserve(t);
+            } else {
+                self.end_grant(fields.downstream, now);
+            }
+            if reason == Reason::DeadlineExceeded {
+                // Before the release below: the slot is still pinned by this ticket.
+                self.hooks
+                    .refused_after_wait(t, waited_ns, true, false, u64::from(ticket.index()));
+            }
+            self.tenants.release_live(t, 1, now);
+            let counters = self.shard(u64::from(ticket.index()));
+            bump(if reason == Reason::Cancelled {
+                &counters.cancelled
+            } else {
+                &counters.expired
+            });
+            bump(&counters.refused[reason.index()]);
+            return Ok(Refusal {
+                reason,
+                position: fields.position,
+                waited_ns,
+            });
+        }
+    }
+
+    // ---------------------------------------------------------------- weights
+
+    /// Sets the weight of a tenant by key. A live tenant takes it at its next turn.
+    pub(crate) fn set_weight_key(&self, key: TenantKey, weight: u32) -> Result<(), Error> {
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(Error::InvalidArgument("weight must be in 1..=10000"));
+        }
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let class = self
+            .classes
+            .ensure(weight)
+            .ok_or(Error::TooManyWeightClasses)?;
+        let next = self.weights.with(|w| w.with_entry(key.get(), weight));
+        self.weights.store(next);
+        self.apply_weight(key.get(), weight, class);
+        Ok(())
+    }
+
+    /// Replaces the whole weight table (hashed keys) and the default weight, at run time.
+    pub(crate) fn replace_weight_keys(
+        &self,
+        entries: &[(u64, u32)],
+        default_weight: u32,
+    ) -> Result<(), Error> {
+        let valid = |w: u32| (1..=MAX_WEIGHT).contains(&w);
+        if !valid(default_weight) || entries.iter().any(|&(_, w)| !valid(w)) {
+            return Err(Error::InvalidArgument("weight must be in 1..=10000"));
+        }
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let mut distinct: Vec<u32> = entries.iter().map(|&(_, w)| w).collect();
+        distinct.push(default_weight);
+        distinct.sort_unstable();
+        distinct.dedup();
+        if !self.classes.can_hold(&distinct) {
+            return Err(Error::TooManyWeightClasses);
+        }
+        for &w in &distinct {
+            self.classes.ensure(w);
+        }
+        self.weights.store(WeightTable::from_entries(
+            entries.iter().copied(),
+            default_weight,
+        ));
+        for index in 0..self.tenants.len() as SlotId {
+            let key = self.tenants.slot(index).key.load(Ordering::Relaxed);
+            if key != 0 {
+                let w = self.weights.with(|table| table.get(key));
+                let class = self.classes.find(w).unwrap_or(0);
+                self.apply_weight(key, w, class);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_weight(&self, key: u64, weight: u32, class: ClassId) {
+        if let Some(t) = self.tenants.pin_existing(key) {
+            let slot = self.tenants.slot(t);
+            slot.weight.store(weight, Ordering::Relaxed);
+            slot.class.store(class, Ordering::Relaxed);
+            self.tenants.release_live(t, 1, 0);
+        }
+    }
+
+    /// The weight a tenant gets now: its live slot's, else the table's.
+    pub(crate) fn weight_of(&self, key: TenantKey) -> u32 {
+        if let Some(t) = self.tenants.pin_existing(key.get()) {
+            let w = self.tenants.slot(t).weight.load(Ordering::Relaxed);
+            self.tenants.release_live(t, 1, 0);
+            return w;
+        }
+        self.weights.with(|w| w.get(key.get()))
+    }
+
+    /// Schedules a live tenant at effective weight `weight × factor / 1024` (fleet mode).
+    /// Returns whether the tenant holds a slot.
+    pub(crate) fn set_fleet_factor(&self, key: TenantKey, factor: u32) -> Result<bool, Error> {
+        if !(MIN_FLEET_FACTOR..=FACTOR_ONE).contains(&factor) {
+            return Err(Error::InvalidArgument("fleet factor must be in 20..=1024"));
+        }
+        let Some(t) = self.tenants.pin_existing(key.get()) else {
+            return Ok(false);
+        };
+        // Relaxed: the tenant's turn holder reads it at its next placement or visit.
+        self.tenants.slot(t).factor.store(factor, Ordering::Relaxed);
+        self.tenants.release_live(t, 1, 0);
+        Ok(true)
+    }
+
+    // ---------------------------------------------------------------- for features
+
+    /// Moves a live tenant to the class of `weight` (the feedback controller's nudge), creating
+    /// the class if there is room. Returns whether it moved. Off the hot path.
+    pub(crate) fn move_to_class(&self, key: TenantKey, weight: u32) -> bool {
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(class) = self.classes.ensure(weight) else {
+            return false; // no weight class left for it
+        };
+        let Some(t) = self.tenants.pin_existing(key.get()) else {
+            return false;
+        };
+        // Relaxed: the tenant's turn holder picks the new class up at its next placement, like
+        // a `set_weight`.
+        self.tenants.slot(t).class.store(class, Ordering::Relaxed);
+        self.tenants.release_live(t, 1, 0);
+        true
+    }
+
+    /// Adds `delta` to a class's extra SWRR weight (the wait boost).
+    pub(crate) fn add_class_extra(&self, class: ClassId, delta: i64) {
+        self.classes.add_extra(class, delta);
+    }
+
+    /// What a feature reads of the tenant in slot `t` now, if the slot holds one. Not pinned: a
+    /// slot reused meanwhile may show a mixed snapshot for that one tenant.
+    pub(crate) fn tenant_view(&self, t: SlotId) -> Option<TenantView> {
+        let slot = self.tenants.slots().get(t as usize)?;
+        // Relaxed: a snapshot of statistics.
+        let key = slot.key.load(Ordering::Relaxed);
+        if key == 0 {
+            return None;
+        }
+        let class = slot.class.load(Ordering::Relaxed);
+        Some(TenantView {
+            slot: t,
+            key: TenantKey::from_hash(key),
+            weight: slot.weight.load(Ordering::Relaxed),
+            class_weight: self.classes.weight(class),
+            class,
+            effective_weight: slot.effective_weight(),
+            granted: slot.granted(),
+            granted_cost: slot.granted_cost(),
+        })
+    }
+
+    /// Runs `f` on the view of `key`'s slot, pinned so it cannot be reused meanwhile.
+    pub(crate) fn with_tenant<R>(
+        &self,
+        key: TenantKey,
+        f: impl FnOnce(TenantView) -> R,
+    ) -> Option<R> {
+        let t = self.tenants.pin_existing(key.get())?;
+        let out = self.tenant_view(t).map(f);
+        self.tenants.release_live(t, 1, 0);
+        out
+    }
+
+    /// Tenant slots (indices `0..slot_count()`).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.tenants.len()
+    }
+
+    // ---------------------------------------------------------------- reading
+
+    /// Every tenant holding a slot (off the hot path: it scans the table).
+    pub(crate) fn fleet_tenants(&self, out: &mut Vec<FleetTenant>) {
+        for index in 0..self.tenants.len() as SlotId {
+            let Some(t) = self.tenants.pin_index(index) else {
+                continue;
+            };
+            let slot = self.tenants.slot(t);
+            // Relaxed: a snapshot of counters.
+            out.push(FleetTenant {
+                tenant: TenantKey::from_hash(slot.key.load(Ordering::Relaxed)),
+                weight: slot.weight.load(Ordering::Relaxed),
+                factor: slot.factor.load(Ordering::Relaxed),
+                served_cost: slot.granted_cost(),
+                queued: u64::from(slot.depth.load(Ordering::Relaxed)),
+            });
+            self.tenants.release_live(t, 1, 0);
+        }
+    }
+
+    /// When a parked or blocked tenant may next become ready (monotonic ns).
+    pub(crate) fn next_wakeup_ns(&self) -> Option<u64> {
+        match (self.wheel.next_tick_ns(), self.hooks.wakeup()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A snapshot of gauges and counters. Reads every tenant slot (O(`max_tenants`)).
+    pub(crate) fn stats(&self) -> Stats {
+        let (queued, in_flight) = self.permits.load();
+        let mut stats = Stats {
+            queued,
+            in_flight,
+            tenants: self.tenants.active(),
+            ..Stats::default()
+        };
+        // Grants are counted per slot by the tenant's turn holder (no shared RMW per grant);
+        // the slot's lifetime total is never reset, so the sum only grows.
+        for slot in self.tenants.slots() {
+            stats.granted += slot.grants_total();
+        }
+        for shard in self.counters.iter() {
+            // Relaxed: a snapshot of statistics.
+            let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            stats.enqueued += get(&shard.enqueued);
+            stats.completed += get(&shard.completed);
+            stats.requeued += get(&shard.requeued);
+            stats.cancelled += get(&shard.cancelled);
+            stats.expired += get(&shard.expired);
+            stats.refused_after_wait += get(&shard.refused_after_wait);
+            for (total, c) in stats.refused.iter_mut().zip(shard.refused.iter()) {
+                *total += get(c);
+            }
+        }
+        stats
+    }
+
+    /// Tests and loom models: `(weight, ready tenants, SWRR current weight)` of every class in
+    /// use.
+    pub(crate) fn debug_classes(&self) -> Vec<(u32, i64, i64)> {
+        self.classes.snapshot()
+    }
+
+    /// Debug builds: tenant slots touched so far (the scale test's probe).
+    pub(crate) fn debug_slot_touches(&self) -> u64 {
+        self.tenants.touches()
+    }
+}
