@@ -1,4 +1,4 @@
-//! Fleet mode from C (issue 9): `fairq_fleet_*` wraps [`crate::fleet::Fleet`], which syncs this
+//! Fleet mode from C: `fairq_fleet_*` wraps [`crate::fleet::Fleet`], which syncs this
 //! replica's served cost with the other replicas through Redis, off the hot path.
 //!
 //! Compiled only with cargo feature `fleet`. cbindgen still parses this module (it reads the
