@@ -9,12 +9,14 @@
 //!   totals, **exactly once**: Redis keeps the number of the last batch it applied per replica and
 //!   skips a batch that is not newer, so a batch resent after a timeout, or a timed-out one that
 //!   Redis runs late, is never counted twice;
-//! - publishes this replica's served-cost *rate* per tenant (cost units per second, smoothed over
-//!   time), and keeps per tenant the fleet's sum of the rates every live replica published;
+//! - publishes this replica's served-cost *rate* per tenant (cost units per second over the time
+//!   since its previous sync), and keeps per tenant the fleet's sum of the rates every live
+//!   replica published;
 //! - returns that fleet rate for each tenant sent and each other queued tenant here.
 //!
-//! The weight rule ([`FleetState`], pure, testable without Redis): a tenant's fleet factor is
-//! `clamp(local rate / fleet rate, 0.02, 1)`, so a tenant served elsewhere is served
+//! The weight rule ([`FleetState`], pure, testable without Redis): the local rate L and the fleet
+//! rate G are smoothed (an EWMA whose weight grows with the time since the previous sync) and a
+//! tenant's fleet factor is `clamp(L/G, 0.02, 1)`, so a tenant served elsewhere is served
 //! proportionally less here. Both are rates over time, not amounts per own period, so replicas
 //! whose periods differ (or drift) measure the same thing: a replica that syncs 5× slower adds a
 //! steady rate to the sum, not a lump every fifth period of the others.
@@ -75,8 +77,8 @@ pub struct FleetConfig {
     pub top_k: usize,
     /// Epoch length in ms (default 5 minutes); keys expire after two epochs.
     pub epoch_ms: u64,
-    /// EWMA weight of the newest period's rate, in (0, 1] (default 0.5). A sync that comes later
-    /// or earlier than P weighs proportionally more or less.
+    /// EWMA weight of the newest local and fleet rates, in (0, 1] (default 0.5), per period P: a
+    /// sync that comes later or earlier than P gives them more or less weight.
     pub smoothing: f64,
     /// Data older than this (ms, default 1000) degrades the replica to local fairness. A replica
     /// silent for longer than this or 3 P, whichever is larger, counts as gone: its rates leave
@@ -218,10 +220,14 @@ struct TenantSync {
     last_served: u64,
     /// Served cost in no batch yet.
     pending: u64,
-    /// Smoothed local service rate, cost units per second.
+    /// Local service rate over the interval before the latest plan, cost units per second.
     rate: f64,
-    /// `rate` holds at least one measured period.
-    sampled: bool,
+    /// Smoothed local rate (milli-units per second) at the last success.
+    ewma_local: f64,
+    /// Smoothed fleet rate (milli-units per second) at the last success.
+    ewma_fleet: f64,
+    /// Both EWMAs hold a sample (else the next one sets them).
+    primed: bool,
     /// The engine's factor at the last sync (or the one we set since).
     factor: u32,
     /// Seen in the latest `plan` (tenants that lost their slot are dropped).
@@ -291,6 +297,8 @@ pub struct FleetState {
     next_number: u64,
     /// `now` of the previous plan: rates are measured between plans.
     last_plan_ns: Option<u64>,
+    /// EWMA weight for the latest plan's samples (from the time since the plan before).
+    alpha: f64,
     failures: u32,
     last_success: Option<u64>,
 }
@@ -310,6 +318,7 @@ impl FleetState {
             in_doubt_sent: false,
             next_number: 1,
             last_plan_ns: None,
+            alpha: 1.0,
             failures: 0,
             last_success: None,
         }
@@ -338,10 +347,10 @@ impl FleetState {
         let elapsed = self.last_plan_ns.map(|t| now.saturating_sub(t));
         self.last_plan_ns = Some(now);
         // The EWMA weight for this sample: `smoothing` per period, so a longer gap weighs more.
-        let alpha = elapsed.filter(|&e| e > 0).map(|e| {
+        if let Some(e) = elapsed.filter(|&e| e > 0) {
             let periods = e as f64 / self.period_ns as f64;
-            1.0 - (1.0 - self.smoothing).powf(periods)
-        });
+            self.alpha = 1.0 - (1.0 - self.smoothing).powf(periods);
+        }
         for ft in snapshot {
             let t = self
                 .tenants
@@ -362,14 +371,8 @@ impl FleetState {
             t.last_served = ft.served_cost;
             t.factor = ft.factor;
             t.seen = true;
-            if let (Some(e), Some(a)) = (elapsed.filter(|&e| e > 0), alpha) {
-                let sample = delta as f64 * 1e9 / e as f64;
-                t.rate = if t.sampled {
-                    ewma(t.rate, sample, a)
-                } else {
-                    sample
-                };
-                t.sampled = true;
+            if let Some(e) = elapsed.filter(|&e| e > 0) {
+                t.rate = delta as f64 * 1e9 / e as f64;
             }
         }
         self.tenants.retain(|_, t| t.seen);
@@ -500,8 +503,15 @@ impl FleetState {
             let Some(t) = self.tenants.get_mut(&key.get()) else {
                 continue;
             };
-            let local = sent.unwrap_or_else(|| milli(t.rate));
-            let factor = fleet_factor(local as f64, fleet as f64);
+            let local = sent.unwrap_or_else(|| milli(t.rate)) as f64;
+            if t.primed {
+                t.ewma_local = ewma(t.ewma_local, local, self.alpha);
+                t.ewma_fleet = ewma(t.ewma_fleet, fleet as f64, self.alpha);
+            } else {
+                // No service anywhere yet is no sample: the first real one primes both.
+                (t.ewma_local, t.ewma_fleet, t.primed) = (local, fleet as f64, fleet > 0);
+            }
+            let factor = fleet_factor(t.ewma_local, t.ewma_fleet);
             if factor != t.factor {
                 t.factor = factor;
                 out.push((key, factor));
@@ -543,6 +553,8 @@ impl FleetState {
                 t.factor = relax_toward_full(t.factor);
                 out.push((TenantKey::from_hash(k), t.factor));
             }
+            // The smoothed rates describe a past that no longer holds: start over after recovery.
+            t.primed = false;
         }
         out
     }
@@ -586,7 +598,8 @@ impl FleetState {
             .or((in_doubt > 0).then_some(in_doubt))
     }
 
-    /// This replica's smoothed local rate of `key`, cost units per second.
+    /// This replica's rate of `key` over the interval before the latest plan, cost units per
+    /// second.
     pub fn local_rate(&self, key: TenantKey) -> Option<f64> {
         self.tenants.get(&key.get()).map(|t| t.rate)
     }
@@ -732,8 +745,9 @@ pub fn parse_sync_reply_resp(resp: &[u8], entries: usize) -> Result<SyncReply, F
 pub enum FleetConnection {
     /// One Redis server.
     Single(redis::Connection),
-    /// A Redis Cluster; every fleet key lives in the slot of the fleet's hash tag.
-    Cluster(redis::cluster::ClusterConnection),
+    /// A Redis Cluster; every fleet key lives in the slot of the fleet's hash tag. Boxed: a
+    /// cluster connection is several times the size of a plain one.
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl ConnectionLike for FleetConnection {
@@ -829,7 +843,9 @@ impl Fleet<FleetConnection> {
                     .max_retry_wait(timeout.as_millis() as u64 / 4 + 1)
                     .build()?;
                 Fleet::with_connector(engine, config, move || {
-                    client.get_connection().map(FleetConnection::Cluster)
+                    client
+                        .get_connection()
+                        .map(|c| FleetConnection::Cluster(Box::new(c)))
                 })
             }
             None => {
@@ -1238,14 +1254,33 @@ mod tests {
             assert_eq!(p.rates, vec![(key("a"), 1_000_000)], "after {gap_ms} ms");
             s.on_success(&p, &applied(&[1_000_000]), now);
         }
-        // The EWMA weight grows with the gap: half per period of 100 ms.
+        assert_eq!(s.local_rate(key("a")), Some(1000.0));
+    }
+
+    #[test]
+    fn local_and_fleet_rates_are_smoothed_alike_with_a_weight_that_grows_with_the_gap() {
         let mut s = state(8, 0.5);
-        s.plan(&[ft("a", 0, 1, 1024)], 0, 0);
-        s.plan(&[ft("a", 100, 1, 1024)], 100 * MS, 0); // 1000/s
-        s.plan(&[ft("a", 100, 1, 1024)], 200 * MS, 0); // 0 for one period: half way
-        assert_eq!(s.local_rate(key("a")), Some(500.0));
-        s.plan(&[ft("a", 100, 1, 1024)], 400 * MS, 0); // 0 for two periods: 3/4 of the way
-        assert_eq!(s.local_rate(key("a")), Some(125.0));
+        let p = s.plan(&[ft("a", 0, 1, 1024)], 0, 0);
+        s.on_success(&p, &applied(&[0]), 0);
+        // The first measurement primes: 100/s here of 400/s.
+        let p = s.plan(&[ft("a", 10, 1, 1024)], 100 * MS, 0);
+        assert_eq!(
+            s.on_success(&p, &applied(&[400_000]), 100 * MS),
+            vec![(key("a"), 256)]
+        );
+        // One period later, the fleet serves 200/s: half way, 300/s -> 100/300.
+        let p = s.plan(&[ft("a", 20, 1, 256)], 200 * MS, 0);
+        assert_eq!(
+            s.on_success(&p, &applied(&[200_000]), 200 * MS),
+            vec![(key("a"), 341)]
+        );
+        // Two periods later (one sync late), 100/s everywhere: 3/4 of the way, 150/s -> 2/3.
+        let p = s.plan(&[ft("a", 40, 1, 341)], 400 * MS, 0);
+        assert_eq!(p.rates, vec![(key("a"), 100_000)]);
+        assert_eq!(
+            s.on_success(&p, &applied(&[100_000]), 400 * MS),
+            vec![(key("a"), 682)]
+        );
     }
 
     #[test]
