@@ -705,7 +705,9 @@ pub fn parse_sync_reply(reply: &Value, entries: usize) -> Result<SyncReply, Flee
         return Err(FleetError::Reply("the sync script did not return an array"));
     };
     if items.len() != entries.saturating_add(4) {
-        return Err(FleetError::Reply("the sync script returned the wrong count"));
+        return Err(FleetError::Reply(
+            "the sync script returned the wrong count",
+        ));
     }
     let mut numbers = Vec::with_capacity(items.len());
     for item in items {
@@ -718,7 +720,9 @@ pub fn parse_sync_reply(reply: &Value, entries: usize) -> Result<SyncReply, Flee
     let flag = |n: u64| match n {
         0 => Ok(false),
         1 => Ok(true),
-        _ => Err(FleetError::Reply("the sync script returned a flag other than 0 or 1")),
+        _ => Err(FleetError::Reply(
+            "the sync script returned a flag other than 0 or 1",
+        )),
     };
     Ok(SyncReply {
         batch_applied: flag(numbers[0])?,
@@ -999,7 +1003,8 @@ impl<C: ConnectionLike> Fleet<C> {
                 Ok(reply) => return parse_sync_reply(&reply, entries),
                 Err(e)
                     if round == 0
-                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
                     // Nothing ran: load the script and send again.
                     self.script_sha = None;
@@ -1007,7 +1012,9 @@ impl<C: ConnectionLike> Fleet<C> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(FleetError::Reply("the sync script is missing right after loading it"))
+        Err(FleetError::Reply(
+            "the sync script is missing right after loading it",
+        ))
     }
 }
 
@@ -1204,7 +1211,11 @@ mod tests {
         assert_eq!(p.reads, vec![key("d")]);
         // "b" is beyond K: its delta waits.
         assert_eq!(s.pending(key("b")), Some(10));
-        assert_eq!(s.pending(key("c")), Some(50), "in the batch, not yet answered");
+        assert_eq!(
+            s.pending(key("c")),
+            Some(50),
+            "in the batch, not yet answered"
+        );
         s.on_success(&p, &applied(&[500_000, 900_000, 1_000]), 101 * MS);
         assert_eq!(s.pending(key("c")), Some(0));
         assert_eq!(s.in_doubt(), None);
@@ -1406,7 +1417,11 @@ mod tests {
         let p = s.plan(&[ft("a", 10, 1, 1024)], 200 * MS, 0);
         let again = p.batch.unwrap();
         assert_eq!(again.deltas, batch.deltas, "the same deltas, renumbered");
-        assert!(again.seq > 5000 && p.attempt > 6000, "{again:?} {}", p.attempt);
+        assert!(
+            again.seq > 5000 && p.attempt > 6000,
+            "{again:?} {}",
+            p.attempt
+        );
     }
 
     #[test]
@@ -1446,7 +1461,12 @@ mod tests {
         assert!(parse_sync_reply(&Value::Nil, 0).is_err());
         let negative = Value::Array(vec![Value::Int(-1); 4]);
         assert!(parse_sync_reply(&negative, 0).is_err());
-        let flag = Value::Array(vec![Value::Int(2), Value::Int(0), Value::Int(0), Value::Int(0)]);
+        let flag = Value::Array(vec![
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
         assert!(parse_sync_reply(&flag, 0).is_err());
         let text = Value::Array(vec![Value::BulkString(b"1".to_vec()); 4]);
         assert!(parse_sync_reply(&text, 0).is_err());
@@ -1472,7 +1492,7 @@ mod tests {
                 prop::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
                 any::<f64>().prop_map(Value::Double),
                 any::<bool>().prop_map(Value::Boolean),
-                "[ -~]{0,16}".prop_map(|s| Value::SimpleString(s)),
+                "[ -~]{0,16}".prop_map(Value::SimpleString),
                 Just(Value::Okay),
             ];
             leaf.prop_recursive(3, 64, 12, |inner| {

@@ -164,7 +164,10 @@ fn killing_the_slot_owner_degrades_and_recovers_after_its_replica_is_promoted() 
     }
     let promoted = promoted_at.unwrap();
     let degraded = degraded_at.expect("degraded before the promotion");
-    assert!(degraded <= Duration::from_secs(1), "degraded after {degraded:?}");
+    assert!(
+        degraded <= Duration::from_secs(1),
+        "degraded after {degraded:?}"
+    );
     // Synced again, and the factors back where they were.
     let mut recovered = None;
     while recovered.is_none() {
@@ -179,7 +182,10 @@ fn killing_the_slot_owner_degrades_and_recovers_after_its_replica_is_promoted() 
         phase(Instant::now() + Duration::from_millis(20));
         let (f1, f2) = (factor_of(&e1, "a"), factor_of(&e2, "a"));
         let ok = |s: fairq::fleet::FleetStatus| s.consecutive_failures == 0 && !s.degraded;
-        if ok(t1.status()) && ok(t2.status()) && f1.abs_diff(before.0) <= 60 && f2.abs_diff(before.1) <= 60
+        if ok(t1.status())
+            && ok(t2.status())
+            && f1.abs_diff(before.0) <= 60
+            && f2.abs_diff(before.1) <= 60
         {
             recovered = Some(promoted.elapsed());
         }

@@ -435,10 +435,16 @@ fn a_frozen_redis_counts_every_grant_exactly_once() {
     // Each replica wrote a request to the frozen Redis (it timed out; reconnecting then fails
     // until Redis resumes), Redis ran it late, and its batch was resent: the case that counted
     // deltas twice before batches were numbered.
-    assert!(sent_frozen >= 3, "{sent_frozen} requests written during the freeze");
+    assert!(
+        sent_frozen >= 3,
+        "{sent_frozen} requests written during the freeze"
+    );
     let sent: u64 = threads.iter().map(|t| t.status().pipelines).sum();
     let ran = evalsha_calls(&server);
-    assert_eq!(ran, sent, "Redis ran every request written, late ones included");
+    assert_eq!(
+        ran, sent,
+        "Redis ran every request written, late ones included"
+    );
     // Stop, then sync by hand until nothing is pending or in doubt (a resent batch, then the
     // merged rest).
     let mut fleets: Vec<_> = threads.into_iter().map(|t| t.stop()).collect();
@@ -465,10 +471,7 @@ fn a_frozen_redis_counts_every_grant_exactly_once() {
             "tenant {t}: Redis total against grants served ({totals:?})"
         );
     }
-    assert_eq!(
-        totals.values().sum::<u64>(),
-        served.load(Ordering::Relaxed)
-    );
+    assert_eq!(totals.values().sum::<u64>(), served.load(Ordering::Relaxed));
 }
 
 /// `EVALSHA` calls Redis ran (`INFO commandstats`).

@@ -842,8 +842,22 @@ fn fleet_harness() {
         let off = format!("{}-off", sc.name);
         running.push(launch(sc, &off, None, start, smoothing, &uniform));
     }
-    running.push(launch(&shifted, "4-on", Some(&url), start, smoothing, &uniform));
-    running.push(launch(&frozen, "3-on", Some(&outage_url), start, smoothing, &uniform));
+    running.push(launch(
+        &shifted,
+        "4-on",
+        Some(&url),
+        start,
+        smoothing,
+        &uniform,
+    ));
+    running.push(launch(
+        &frozen,
+        "3-on",
+        Some(&outage_url),
+        start,
+        smoothing,
+        &uniform,
+    ));
     let events = outage(outage_redis, start, "3-on".to_string());
     let mut runs: BTreeMap<String, RunData> = running
         .into_iter()
@@ -873,12 +887,30 @@ fn fleet_harness() {
     };
     let mut mixed_build = Setup::default();
     mixed_build.bins[0] = other.clone();
-    for (label, setup) in [("5-uniform", &uniform), ("5-slow", &slow), ("5-random", &drifting)] {
+    for (label, setup) in [
+        ("5-uniform", &uniform),
+        ("5-slow", &slow),
+        ("5-random", &drifting),
+    ] {
         running.push(launch(&mostly, label, Some(&url), start2, smoothing, setup));
     }
-    running.push(launch(&frozen, "1a-mixed", Some(&url), start2, smoothing, &mixed_build));
+    running.push(launch(
+        &frozen,
+        "1a-mixed",
+        Some(&url),
+        start2,
+        smoothing,
+        &mixed_build,
+    ));
     let cluster_url = cluster.url();
-    running.push(launch(&frozen, "3c", Some(&cluster_url), start2, smoothing, &uniform));
+    running.push(launch(
+        &frozen,
+        "3c",
+        Some(&cluster_url),
+        start2,
+        smoothing,
+        &uniform,
+    ));
     let failover = cluster_failover(cluster, start2, "3c");
     runs.extend(
         running
@@ -1168,7 +1200,10 @@ fn fleet_harness() {
     let mut mixed_errors = Vec::new();
     for (label, how) in [
         ("5-uniform", "every replica every 100 ms"),
-        ("5-slow", "r1 (most of A) every 500 ms, r2 and r3 every 100 ms"),
+        (
+            "5-slow",
+            "r1 (most of A) every 500 ms, r2 and r3 every 100 ms",
+        ),
         ("5-random", "each replica at random 50-500 ms intervals"),
     ] {
         let r = run(label);
@@ -1213,10 +1248,16 @@ fn fleet_harness() {
         .flat_map(|r| [format!("hb:r{r}"), format!("seq:r{r}")])
         .filter(|f| exists(f))
         .count();
-    let t_fields = command(port, &["HLEN", &hash]).parse::<usize>().unwrap_or(0) - bookkeeping;
-    let named = ["A", "B"]
-        .iter()
-        .all(|t| exists(&format!("t:{:016x}", TenantKey::from_raw(t.as_bytes()).get())));
+    let t_fields = command(port, &["HLEN", &hash])
+        .parse::<usize>()
+        .unwrap_or(0)
+        - bookkeeping;
+    let named = ["A", "B"].iter().all(|t| {
+        exists(&format!(
+            "t:{:016x}",
+            TenantKey::from_raw(t.as_bytes()).get()
+        ))
+    });
     v.check(
         t_fields == 2 && named,
         format!("7 1a-mixed: {t_fields} tenant totals in {hash} (A and B, one each: {named})"),

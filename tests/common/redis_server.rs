@@ -168,9 +168,10 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !ports.iter().all(|&p| {
-            info(p, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok"))
-        }) || cluster.nodes().iter().filter(|n| !n.master).count() < 3
+        while !ports
+            .iter()
+            .all(|&p| info(p, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok")))
+            || cluster.nodes().iter().filter(|n| !n.master).count() < 3
             || !cluster.nodes().iter().filter(|n| !n.master).all(|n| {
                 info(n.port, &["INFO", "replication"])
                     .is_some_and(|i| i.contains("master_link_status:up"))
