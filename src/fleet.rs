@@ -332,7 +332,7 @@ impl FleetState {
 
     fn take_number(&mut self) -> u64 {
         let n = self.next_number;
-        self.next_number += 1;
+        self.next_number = self.next_number.saturating_add(1);
         n
     }
 
@@ -471,7 +471,7 @@ impl FleetState {
                 }
             } else {
                 // Skipped for a number of an earlier run: never applied, renumber and resend.
-                self.next_number = reply.last_seq + 1;
+                self.next_number = reply.last_seq.saturating_add(1);
                 let seq = self.take_number();
                 if let Some(b) = self.in_doubt.as_mut() {
                     b.seq = seq;
@@ -481,7 +481,7 @@ impl FleetState {
         }
         if !reply.rates_applied {
             if foreign(reply.last_attempt, self.next_number) {
-                self.next_number = reply.last_attempt + 1;
+                self.next_number = reply.last_attempt.saturating_add(1);
             }
             // The fleet rates do not include ours as sent: no factor from them.
             return Vec::new();
@@ -614,11 +614,18 @@ impl FleetState {
 /// rates, this replica's rates, the replica deadlines. ARGV: replica, attempt, batch number (0:
 /// no batch), counts of deltas, rates and reads, key expiry (ms), liveness (ms), then the
 /// deltas (field, amount), rates (field, milli-units/s) and reads (field). A key of the wrong
-/// type fails it before any write; every number read from Redis goes through `tonumber(...) or
-/// 0`, and a total that cannot be incremented restarts from the delta, so garbage in a field
-/// never fails it halfway. Replies `{applied, last seq, rates taken, last attempt, fleet rate…}`.
+/// type fails it before any write; every number read from Redis that is not one this script
+/// could have written (not a number, NaN, infinite, negative, 2^53 or more) reads as 0, and a
+/// total that cannot be incremented restarts from the delta, so garbage in a field never fails
+/// it halfway. Replies `{applied, last seq, rates taken, last attempt, fleet rate…}`.
 pub const SYNC_SCRIPT: &str = r#"
-local function num(v) return math.max(tonumber(v) or 0, 0) end
+-- A number this script wrote, or 0: nil, NaN, infinities, negatives and anything from 2^53 on
+-- (not exact as a Lua number) read as 0.
+local function num(v)
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < 0 or n >= 9007199254740992 then return 0 end
+  return n
+end
 local function int(v) return string.format('%d', v) end
 local replica, attempt, seq = ARGV[1], num(ARGV[2]), num(ARGV[3])
 local nd, nr, nq = num(ARGV[4]), num(ARGV[5]), num(ARGV[6])
@@ -1479,6 +1486,26 @@ mod tests {
             parse_sync_reply_resp(b"*5\r\n:1\r\n:9\r\n:0\r\n:3\r\n:42\r\n", 1).unwrap(),
             parse_sync_reply(&ok, 1).unwrap()
         );
+    }
+
+    #[test]
+    fn the_largest_numbers_in_a_reply_do_not_overflow_the_numbering() {
+        let mut s = state(8, 1.0);
+        let p = s.plan(&[ft("a", 0, 1, 1024)], 0, 0);
+        s.on_success(&p, &applied(&[0]), 0);
+        let p = s.plan(&[ft("a", 10, 1, 1024)], 100 * MS, 0);
+        s.on_sent(&p);
+        let reply = SyncReply {
+            batch_applied: false,
+            last_seq: u64::MAX,
+            rates_applied: false,
+            last_attempt: u64::MAX,
+            fleet_rates: vec![u64::MAX],
+        };
+        assert!(s.on_success(&p, &reply, 100 * MS).is_empty());
+        let p = s.plan(&[ft("a", 20, 1, 1024)], 200 * MS, 0);
+        assert_eq!(p.attempt, u64::MAX);
+        assert!(s.on_success(&p, &applied(&[u64::MAX]), 200 * MS).len() <= 1);
     }
 
     mod garbage {

@@ -178,8 +178,29 @@ fn each_sync_is_one_round_trip_and_adds_served_cost_to_the_fleet_hash() {
     assert_eq!(status.tenants_tracked, 2);
     assert_eq!(status.last_sync_ns, Some(501 * MS));
 
+    // Redis loses its scripts (a restart, a failover, SCRIPT FLUSH): the sync that meets
+    // NOSCRIPT loads the script again and resends at once, nothing lost.
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    serve(&engine, "a", 1, 600 * MS);
+    fleet.sync(601 * MS).unwrap();
+    assert_eq!(
+        lock(&commands)[7..],
+        ["EVALSHA", "SCRIPT", "EVALSHA"].map(String::from)
+    );
+    assert_eq!(fleet.status().pipelines, 8);
+    fleet.sync(701 * MS).unwrap();
+    assert_eq!(
+        lock(&commands).len(),
+        11,
+        "loaded once again, not every sync"
+    );
+
     let hash = fleet_hash(&server, "count");
-    assert_eq!(field_of(&hash, "a"), Some(20));
+    assert_eq!(field_of(&hash, "a"), Some(21));
     assert_eq!(field_of(&hash, "b"), Some(10));
     assert!(
         hash.iter().any(|(f, _)| f == "hb:r1"),
@@ -489,4 +510,68 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
+}
+
+/// Whatever other clients leave in the fleet's keys, a sync never fails halfway through its
+/// batch: numbers that are not numbers read as 0, a total that cannot be incremented restarts
+/// from the delta, and a key of the wrong type fails the sync before anything is written.
+#[test]
+fn garbage_in_the_fleet_keys_never_fails_a_sync_halfway() {
+    let server = RedisServer::start();
+    let engine = new_engine();
+    let mut fleet = Fleet::new(engine.clone(), config(&server, "junk", "r1")).unwrap();
+    serve(&engine, "a", 1, 0);
+    fleet.sync(MS).unwrap();
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let served: String = redis::cmd("KEYS")
+        .arg("{fairq:junk}:served:*")
+        .query::<Vec<String>>(&mut admin)
+        .unwrap()
+        .remove(0);
+    let a = format!("t:{:016x}", key("a").get());
+    let b = format!("t:{:016x}", key("b").get());
+    let mut junk = |k: &str, f: &str, v: &str| {
+        let _: () = redis::cmd("HSET")
+            .arg(k)
+            .arg(f)
+            .arg(v)
+            .query(&mut admin)
+            .unwrap();
+    };
+    junk(&served, &a, "not a number");
+    junk(&served, &b, "99999999999999999999999");
+    junk(&served, "seq:r1", "garbage");
+    junk("{fairq:junk}:rates", &a, "-17");
+    junk("{fairq:junk}:rates:r1", &a, "1e400");
+    junk("{fairq:junk}:rates:r1", "attempt", "NaN");
+    serve(&engine, "a", 5, 100 * MS);
+    serve(&engine, "b", 3, 100 * MS);
+    fleet.sync(101 * MS).unwrap();
+    let hash = fleet_hash(&server, "junk");
+    assert_eq!(field_of(&hash, "a"), Some(5), "restarted from the delta");
+    assert_eq!(field_of(&hash, "b"), Some(3), "restarted from the delta");
+    // The wrong type: refused before any write, and the batch is kept for later.
+    let _: () = redis::cmd("DEL")
+        .arg("{fairq:junk}:rates")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{fairq:junk}:rates")
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    serve(&engine, "a", 2, 200 * MS);
+    let err = fleet.sync(201 * MS).unwrap_err().to_string();
+    assert!(err.contains("holds a string"), "{err}");
+    assert_eq!(field_of(&fleet_hash(&server, "junk"), "a"), Some(5));
+    let _: () = redis::cmd("DEL")
+        .arg("{fairq:junk}:rates")
+        .query(&mut admin)
+        .unwrap();
+    fleet.sync(301 * MS).unwrap();
+    fleet.sync(401 * MS).unwrap();
+    assert_eq!(field_of(&fleet_hash(&server, "junk"), "a"), Some(7));
 }
