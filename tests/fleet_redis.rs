@@ -453,11 +453,12 @@ fn a_frozen_redis_counts_every_grant_exactly_once() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    // Each replica wrote a request to the frozen Redis (it timed out; reconnecting then fails
-    // until Redis resumes), Redis ran it late, and its batch was resent: the case that counted
-    // deltas twice before batches were numbered.
+    // Requests were written to the frozen Redis (each replica's first sync after the freeze
+    // writes one, unless its previous one, written just before, is still waiting; reconnecting
+    // then fails until Redis resumes). Redis ran them late and their batches were resent: the
+    // case that counted deltas twice before batches were numbered.
     assert!(
-        sent_frozen >= 3,
+        sent_frozen >= 1,
         "{sent_frozen} requests written during the freeze"
     );
     let sent: u64 = threads.iter().map(|t| t.status().pipelines).sum();
