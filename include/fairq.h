@@ -357,24 +357,28 @@ typedef struct fairq_stats {
 // defined). Start from `fairq_fleet_config_default`, then change fields. Strings are
 // NUL-terminated UTF-8, read only during `fairq_fleet_new`.
 typedef struct fairq_fleet_config {
-    // Redis URL. Default `"redis://127.0.0.1:6379/"`.
+    // Redis URL. Default `"redis://127.0.0.1:6379/"`. A Redis Cluster:
+    // `"redis+cluster://host:port,host:port/"`, or several URLs separated by commas (the seed
+    // nodes).
     const char *url;
     // Fleet name, the same on every replica (it forms the keys' hash tag). Not empty. Default
     // `"default"`.
     const char *fleet;
-    // This replica's name, unique in the fleet (heartbeat field). Not empty. Default
-    // `"replica"`.
+    // This replica's name, unique in the fleet (heartbeat, batch numbers, rates). Not empty.
+    // Default `"replica"`.
     const char *replica;
-    // Sync period P in ms, 50..=500. Default 100. Socket timeouts are P/2.
+    // Sync period P in ms, 50..=500. Default 100. Socket timeouts are P/2. Replicas of one
+    // fleet may use different periods.
     uint64_t period_ms;
     // Epoch length in ms, at least 1000; keys expire after two epochs. Default 300000.
     uint64_t epoch_ms;
     // Data older than this (ms, at least `period_ms`) degrades the replica to local fairness.
     // Default 1000.
     uint64_t stale_ms;
-    // EWMA weight of the newest sample, in (0, 1]. Default 0.5.
+    // EWMA weight of the newest local and fleet rates per period, in (0, 1]. Default 0.5.
     double smoothing;
-    // Most tenants whose deltas one sync sends (K), 1..=4096. Default 256.
+    // Most tenants whose deltas, and most whose rates, one sync sends (K), 1..=4096. Default
+    // 256.
     uint32_t top_k;
 } fairq_fleet_config;
 #endif
@@ -384,7 +388,8 @@ typedef struct fairq_fleet_config {
 typedef struct fairq_fleet_status {
     // `now_ns` of the last successful sync; meaningful only when `has_synced`.
     uint64_t last_sync_ns;
-    // Pipelines sent to Redis (at most one per sync).
+    // Sync requests sent to Redis (one `EVALSHA` per sync; two in a sync that had to reload
+    // the script after a Redis restart or failover).
     uint64_t pipelines;
     // Syncs attempted.
     uint64_t syncs;
@@ -511,8 +516,13 @@ int32_t fairq_set_enabled(const struct fairq_engine *engine, bool enabled);
 int32_t fairq_is_enabled(const struct fairq_engine *engine, bool *enabled);
 
 // Hashes a raw identifier (user id, team id, API key id; `len` bytes, not NUL-terminated) to
-// the 64-bit tenant key used by requests and weights. The same bytes give the same key in
-// every process and binding. `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier.
+// the 64-bit tenant key used by requests and weights. The function is specified, so the same
+// bytes give the same key in every process, build, CPU and binding: XXH3-64 with seed 0 over
+// the `len` bytes, 0 mapped to 1. Test vectors: `"acme"` -> `0x44ad98655d8858e1`;
+// `"0123456789abcdef"` repeated 64 times (1 KiB) -> `0x540ffccbf24ea528`; `"naïve-租户"`
+// (UTF-8, 13 bytes) -> `0xd812649601f883b6`; the function over no bytes is
+// `0x2d06800538d394c2`, but an empty identifier is refused here:
+// `FAIRQ_ERR_INVALID_ARGUMENT`.
 //
 // # Safety
 // `raw` must be valid for reads of `len` bytes; `key_out` must be writable.
@@ -798,10 +808,12 @@ int32_t fairq_fleet_sync(const struct fairq_fleet *fleet);
 #endif
 
 #if defined(FAIRQ_FLEET)
-// One sync at `now_ns` (monotonic, the `fairq_now_ns` clock the library thread uses): at most
-// one Redis pipeline, blocking up to the socket timeout (P/2) at worst, so call it every period
-// from a thread where that is fine. `FAIRQ_OK`, or `FAIRQ_ERR_FLEET_SYNC` when Redis failed:
-// the failure is recorded in the status and the unsent deltas are kept. `FAIRQ_ERR_BUSY` while
+// One sync at `now_ns` (monotonic, the `fairq_now_ns` clock the library thread uses): one
+// round trip to Redis, blocking up to the socket timeout (P/2) at worst, so call it every period
+// from a thread where that is fine (evenly spaced or not: rates are measured over time).
+// `FAIRQ_OK`, or `FAIRQ_ERR_FLEET_SYNC` when Redis failed: the failure is recorded in the
+// status and the unsent deltas are kept (a batch that may have reached Redis is resent
+// unchanged, and Redis applies it once). `FAIRQ_ERR_BUSY` while
 // the library thread runs (nothing is done). Concurrent syncs on one fleet run one after the
 // other. Feature `fleet`; declared when `FAIRQ_FLEET` is defined.
 //

@@ -1,5 +1,5 @@
 //! Fleet mode's engine side: a tenant scheduled at an effective weight `w × factor / 1024`
-//! (issue 9 builds the Redis sync loop on this). Without a factor nothing changes: the window
+//! (`fairq::fleet` builds the Redis sync loop on this). Without a factor nothing changes: the window
 //! tests in `fairness.rs` run with every factor at 1024.
 
 mod common;

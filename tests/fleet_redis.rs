@@ -1,12 +1,12 @@
 //! Fleet mode against a real `redis-server` (Debian package `redis-server`), started by each test
 //! on 127.0.0.1 at a free port without persistence, and killed after. Run with
-//! `cargo test --features fleet --test fleet_redis`.
+//! `cargo test -p fairq --features fleet --test fleet_redis`.
 #![cfg(feature = "fleet")]
 
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::redis_server::RedisServer;
@@ -15,17 +15,44 @@ use fairq::fleet::{Fleet, FleetConfig};
 use fairq::{Config, Engine, Outcome};
 use redis::{ConnectionLike, RedisResult, Value};
 
-/// Counts round trips: a pipeline is one `req_packed_commands`; a single command would be one
-/// `req_packed_command`.
-struct Counting {
+/// Records the name of every command sent (a pipeline's commands each), and counts pipelines.
+struct Recording {
     inner: redis::Connection,
+    commands: Arc<Mutex<Vec<String>>>,
     pipelines: Arc<AtomicU64>,
-    singles: Arc<AtomicU64>,
 }
 
-impl ConnectionLike for Counting {
+/// The command names in packed RESP: the first bulk string of each array.
+fn names(mut packed: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(start) = packed.iter().position(|&b| b == b'*') {
+        packed = &packed[start..];
+        let Ok(redis::Value::Array(items)) = redis::parse_redis_value(packed) else {
+            break;
+        };
+        if let Some(redis::Value::BulkString(name)) = items.first() {
+            out.push(String::from_utf8_lossy(name).to_uppercase());
+        }
+        // Skip this array: its encoding is as long as re-encoding it.
+        let cmd = redis::Cmd::new()
+            .arg(
+                items
+                    .iter()
+                    .map(|v| match v {
+                        redis::Value::BulkString(b) => b.clone(),
+                        _ => Vec::new(),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .get_packed_command();
+        packed = &packed[cmd.len().min(packed.len())..];
+    }
+    out
+}
+
+impl ConnectionLike for Recording {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.singles.fetch_add(1, Ordering::Relaxed);
+        lock(&self.commands).extend(names(cmd));
         self.inner.req_packed_command(cmd)
     }
 
@@ -36,6 +63,7 @@ impl ConnectionLike for Counting {
         count: usize,
     ) -> RedisResult<Vec<Value>> {
         self.pipelines.fetch_add(1, Ordering::Relaxed);
+        lock(&self.commands).extend(names(cmd));
         self.inner.req_packed_commands(cmd, offset, count)
     }
 
@@ -50,6 +78,10 @@ impl ConnectionLike for Counting {
     fn is_open(&self) -> bool {
         self.inner.is_open()
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn config(server: &RedisServer, fleet: &str, replica: &str) -> FleetConfig {
@@ -107,22 +139,22 @@ fn field_of(hash: &[(String, String)], name: &str) -> Option<u64> {
 }
 
 #[test]
-fn each_sync_is_one_pipeline_and_adds_served_cost_to_the_fleet_hash() {
+fn each_sync_is_one_round_trip_and_adds_served_cost_to_the_fleet_hash() {
     let server = RedisServer::start();
     let engine = new_engine();
+    let commands = Arc::new(Mutex::new(Vec::new()));
     let pipelines = Arc::new(AtomicU64::new(0));
-    let singles = Arc::new(AtomicU64::new(0));
-    let (p, s, client) = (
+    let (c, p, client) = (
+        commands.clone(),
         pipelines.clone(),
-        singles.clone(),
         redis::Client::open(server.url()).unwrap(),
     );
     let mut fleet =
         Fleet::with_connector(engine.clone(), config(&server, "count", "r1"), move || {
-            Ok(Counting {
+            Ok(Recording {
                 inner: client.get_connection()?,
+                commands: c.clone(),
                 pipelines: p.clone(),
-                singles: s.clone(),
             })
         })
         .unwrap();
@@ -134,25 +166,41 @@ fn each_sync_is_one_pipeline_and_adds_served_cost_to_the_fleet_hash() {
         serve(&engine, "b", 2, round * 100 * MS);
         fleet.sync(round * 100 * MS + MS).unwrap();
     }
-    assert_eq!(
-        pipelines.load(Ordering::Relaxed),
-        6,
-        "one pipeline per sync"
-    );
-    assert_eq!(
-        singles.load(Ordering::Relaxed),
-        0,
-        "nothing outside the pipeline"
-    );
+    // The script is loaded once; then every sync is one EVALSHA, and nothing else is sent.
+    let mut expected = vec!["SCRIPT".to_string()];
+    expected.extend(std::iter::repeat_n("EVALSHA".to_string(), 6));
+    assert_eq!(*lock(&commands), expected);
+    assert_eq!(pipelines.load(Ordering::Relaxed), 0);
     let status = fleet.status();
-    assert_eq!(status.pipelines, 6);
+    assert_eq!(status.pipelines, 6, "one request per sync");
     assert_eq!(status.consecutive_failures, 0);
     assert!(!status.degraded);
     assert_eq!(status.tenants_tracked, 2);
     assert_eq!(status.last_sync_ns, Some(501 * MS));
 
+    // Redis loses its scripts (a restart, a failover, SCRIPT FLUSH): the sync that meets
+    // NOSCRIPT loads the script again and resends at once, nothing lost.
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut admin).unwrap();
+    serve(&engine, "a", 1, 600 * MS);
+    fleet.sync(601 * MS).unwrap();
+    assert_eq!(
+        lock(&commands)[7..],
+        ["EVALSHA", "SCRIPT", "EVALSHA"].map(String::from)
+    );
+    assert_eq!(fleet.status().pipelines, 8);
+    fleet.sync(701 * MS).unwrap();
+    assert_eq!(
+        lock(&commands).len(),
+        11,
+        "loaded once again, not every sync"
+    );
+
     let hash = fleet_hash(&server, "count");
-    assert_eq!(field_of(&hash, "a"), Some(20));
+    assert_eq!(field_of(&hash, "a"), Some(21));
     assert_eq!(field_of(&hash, "b"), Some(10));
     assert!(
         hash.iter().any(|(f, _)| f == "hb:r1"),
@@ -234,16 +282,21 @@ fn a_dead_redis_keeps_deltas_degrades_to_local_weights_and_recovers() {
     assert_eq!(factor_of(&e1, "a"), 832);
     assert_eq!(f1.state().pending(key("a")), Some(20));
 
-    // Redis comes back empty (a failover that lost everything): the kept deltas land, the
-    // counter went backwards so "a" gets a new baseline, then the rule takes over again.
+    // Redis comes back empty (a failover that lost everything): the kept deltas land, each
+    // once, and the rule takes over again. The first failed sync wrote its batch to the old
+    // connection, so that batch is in doubt: it is resent alone (same number), and the 15 served
+    // while Redis was down follow in the next batch.
     let server = RedisServer::start_on(port);
     // r2's connection died with the old server: its next sync fails once, then reconnects.
     assert!(f2.sync(now).is_err());
     f1.sync(now).unwrap();
     assert_eq!(f1.status().consecutive_failures, 0);
     assert!(!f1.status().degraded);
+    assert_eq!(field_of(&fleet_hash(&server, "dead"), "a"), Some(5));
+    f1.sync(now + MS).unwrap();
     assert_eq!(field_of(&fleet_hash(&server, "dead"), "a"), Some(20));
-    for round in 0..2u64 {
+    assert_eq!(f1.state().pending(key("a")), Some(0));
+    for round in 0..3u64 {
         let t = now + (round + 1) * 100 * MS;
         serve(&e1, "a", 10, t);
         serve(&e2, "a", 10, t);
@@ -322,4 +375,204 @@ fn a_paused_redis_never_blocks_grants_and_the_thread_degrades() {
     let stopping = Instant::now();
     thread.stop();
     assert!(stopping.elapsed() < Duration::from_secs(1));
+}
+
+/// Every served-cost total of `fleet` in Redis, summed over its epoch hashes (an epoch may roll
+/// during a test): tenant field -> total.
+fn fleet_totals(server: &RedisServer, fleet: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{fairq:{fleet}}}:served:*"))
+        .query(&mut con)
+        .unwrap();
+    let mut totals = std::collections::BTreeMap::new();
+    for k in keys {
+        let hash: Vec<(String, String)> = redis::cmd("HGETALL").arg(&k).query(&mut con).unwrap();
+        for (f, v) in hash.into_iter().filter(|(f, _)| f.starts_with("t:")) {
+            *totals.entry(f).or_insert(0) += v.parse::<u64>().unwrap();
+        }
+    }
+    totals
+}
+
+/// A frozen Redis (SIGSTOP) lets the syncs time out with their requests already written: when
+/// it resumes it runs them late, while the replicas resend the same batches. Each batch is
+/// counted once: after the freeze, the totals in Redis equal the grants served, exactly.
+#[test]
+fn a_frozen_redis_counts_every_grant_exactly_once() {
+    let server = RedisServer::start();
+    let tenants = ["a", "b", "c"];
+    let engines: Vec<Arc<Engine>> = (0..3).map(|_| new_engine()).collect();
+    let threads: Vec<_> = engines
+        .iter()
+        .enumerate()
+        .map(|(r, e)| {
+            let cfg = FleetConfig {
+                smoothing: 0.5,
+                ..config(&server, "frozen", &format!("r{r}"))
+            };
+            Fleet::new(e.clone(), cfg).unwrap().start().unwrap()
+        })
+        .collect();
+    // A replica's first sync takes its baseline (service before it is not counted): serve after.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while threads.iter().any(|t| t.status().syncs == 0) {
+        assert!(Instant::now() < deadline, "no first sync");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Serve on every replica for 1 s, through a 3 s freeze, and 1 s after it.
+    let served = AtomicU64::new(0);
+    let mut grants = [[0u64; 3]; 3];
+    let started = Instant::now();
+    let mut frozen = false;
+    let mut thawed = false;
+    let (mut sent_before, mut sent_frozen) = (0u64, 0u64);
+    let mut i = 0usize;
+    while started.elapsed() < Duration::from_secs(5) {
+        let t = started.elapsed();
+        if !frozen && t >= Duration::from_secs(1) {
+            server.signal("-STOP");
+            frozen = true;
+            sent_before = threads.iter().map(|t| t.status().pipelines).sum();
+        }
+        if frozen && !thawed && t >= Duration::from_secs(4) {
+            sent_frozen = threads.iter().map(|t| t.status().pipelines).sum::<u64>() - sent_before;
+            server.signal("-CONT");
+            thawed = true;
+        }
+        let (r, k) = (i % 3, (i / 3) % 3);
+        // Uneven: replica r serves tenant k (k + 1) times per round.
+        serve(&engines[r], tenants[k], k + 1, 0);
+        grants[r][k] += (k + 1) as u64;
+        served.fetch_add((k + 1) as u64, Ordering::Relaxed);
+        i += 1;
+        if i % 90 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Requests were written to the frozen Redis (each replica's first sync after the freeze
+    // writes one, unless its previous one, written just before, is still waiting; reconnecting
+    // then fails until Redis resumes). Redis ran them late and their batches were resent: the
+    // case that counted deltas twice before batches were numbered.
+    assert!(
+        sent_frozen >= 1,
+        "{sent_frozen} requests written during the freeze"
+    );
+    let sent: u64 = threads.iter().map(|t| t.status().pipelines).sum();
+    let ran = evalsha_calls(&server);
+    assert_eq!(
+        ran, sent,
+        "Redis ran every request written, late ones included"
+    );
+    // Stop, then sync by hand until nothing is pending or in doubt (a resent batch, then the
+    // merged rest).
+    let mut fleets: Vec<_> = threads.into_iter().map(|t| t.stop()).collect();
+    for f in &mut fleets {
+        for round in 0..5 {
+            f.sync(fairq::now_ns()).unwrap();
+            if f.state().in_doubt().is_none()
+                && tenants
+                    .iter()
+                    .all(|t| f.state().pending(key(t)).unwrap_or(0) == 0)
+            {
+                break;
+            }
+            assert!(round < 4, "still pending after 5 syncs");
+        }
+    }
+    let totals = fleet_totals(&server, "frozen");
+    for (k, t) in tenants.iter().enumerate() {
+        let expected: u64 = (0..3).map(|r| grants[r][k]).sum();
+        let field = format!("t:{:016x}", key(t).get());
+        assert_eq!(
+            totals.get(&field).copied(),
+            Some(expected),
+            "tenant {t}: Redis total against grants served ({totals:?})"
+        );
+    }
+    assert_eq!(totals.values().sum::<u64>(), served.load(Ordering::Relaxed));
+}
+
+/// `EVALSHA` calls Redis ran (`INFO commandstats`).
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whatever other clients leave in the fleet's keys, a sync never fails halfway through its
+/// batch: numbers that are not numbers read as 0, a total that cannot be incremented restarts
+/// from the delta, and a key of the wrong type fails the sync before anything is written.
+#[test]
+fn garbage_in_the_fleet_keys_never_fails_a_sync_halfway() {
+    let server = RedisServer::start();
+    let engine = new_engine();
+    let mut fleet = Fleet::new(engine.clone(), config(&server, "junk", "r1")).unwrap();
+    serve(&engine, "a", 1, 0);
+    fleet.sync(MS).unwrap();
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let served: String = redis::cmd("KEYS")
+        .arg("{fairq:junk}:served:*")
+        .query::<Vec<String>>(&mut admin)
+        .unwrap()
+        .remove(0);
+    let a = format!("t:{:016x}", key("a").get());
+    let b = format!("t:{:016x}", key("b").get());
+    let mut junk = |k: &str, f: &str, v: &str| {
+        let _: () = redis::cmd("HSET")
+            .arg(k)
+            .arg(f)
+            .arg(v)
+            .query(&mut admin)
+            .unwrap();
+    };
+    junk(&served, &a, "not a number");
+    junk(&served, &b, "99999999999999999999999");
+    junk(&served, "seq:r1", "garbage");
+    junk("{fairq:junk}:rates", &a, "-17");
+    junk("{fairq:junk}:rates:r1", &a, "1e400");
+    junk("{fairq:junk}:rates:r1", "attempt", "NaN");
+    serve(&engine, "a", 5, 100 * MS);
+    serve(&engine, "b", 3, 100 * MS);
+    fleet.sync(101 * MS).unwrap();
+    let hash = fleet_hash(&server, "junk");
+    assert_eq!(field_of(&hash, "a"), Some(5), "restarted from the delta");
+    assert_eq!(field_of(&hash, "b"), Some(3), "restarted from the delta");
+    // The wrong type: refused before any write, and the batch is kept for later.
+    let _: () = redis::cmd("DEL")
+        .arg("{fairq:junk}:rates")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{fairq:junk}:rates")
+        .arg("x")
+        .query(&mut admin)
+        .unwrap();
+    serve(&engine, "a", 2, 200 * MS);
+    let err = fleet.sync(201 * MS).unwrap_err().to_string();
+    assert!(err.contains("holds a string"), "{err}");
+    assert_eq!(field_of(&fleet_hash(&server, "junk"), "a"), Some(5));
+    let _: () = redis::cmd("DEL")
+        .arg("{fairq:junk}:rates")
+        .query(&mut admin)
+        .unwrap();
+    fleet.sync(301 * MS).unwrap();
+    fleet.sync(401 * MS).unwrap();
+    assert_eq!(field_of(&fleet_hash(&server, "junk"), "a"), Some(7));
 }

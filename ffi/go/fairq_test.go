@@ -53,6 +53,23 @@ func TestVersionAndNames(t *testing.T) {
 	}
 }
 
+// XXH3-64, seed 0, over the raw bytes: the same keys as every other binding and build. (Over no
+// bytes it is 0x2d06800538d394c2, but an empty identifier is refused.)
+func TestTenantKeyVectors(t *testing.T) {
+	for _, v := range []struct {
+		raw  string
+		want uint64
+	}{
+		{"acme", 0x44ad98655d8858e1},
+		{strings.Repeat("0123456789abcdef", 64), 0x540ffccbf24ea528},
+		{"naïve-租户", 0xd812649601f883b6},
+	} {
+		if got := mustKey(t, v.raw); got != v.want {
+			t.Errorf("TenantKey(%.20q) = %#x, want %#x", v.raw, got, v.want)
+		}
+	}
+}
+
 func TestShares3To1(t *testing.T) {
 	e := newEngine(t, func(c *Config) { c.TenantQueueCapacity = 1024 })
 	if err := e.SetWeight("acme", 3); err != nil {

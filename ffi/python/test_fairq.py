@@ -68,6 +68,14 @@ class NamesAndVersion(unittest.TestCase):
             fairq.tenant_key("")
         self.assertEqual(err.exception.name, "FAIRQ_ERR_INVALID_ARGUMENT")
 
+    def test_tenant_key_vectors(self):
+        # XXH3-64, seed 0, over the raw bytes: the same keys as every other binding and build.
+        # (Over no bytes it is 0x2d06800538d394c2, but an empty identifier is refused above.)
+        self.assertEqual(fairq.tenant_key("acme"), 0x44AD98655D8858E1)
+        self.assertEqual(fairq.tenant_key("0123456789abcdef" * 64), 0x540FFCCBF24EA528)
+        self.assertEqual(fairq.tenant_key("naïve-租户"), 0xD812649601F883B6)
+        self.assertEqual(len("naïve-租户".encode()), 13)
+
 
 class Shares(unittest.TestCase):
     def test_three_to_one(self):

@@ -223,8 +223,13 @@ pub unsafe extern "C" fn fairq_is_enabled(engine: *const fairq_engine, enabled: 
 // ---------------------------------------------------------------- tenants and weights
 
 /// Hashes a raw identifier (user id, team id, API key id; `len` bytes, not NUL-terminated) to
-/// the 64-bit tenant key used by requests and weights. The same bytes give the same key in
-/// every process and binding. `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier.
+/// the 64-bit tenant key used by requests and weights. The function is specified, so the same
+/// bytes give the same key in every process, build, CPU and binding: XXH3-64 with seed 0 over
+/// the `len` bytes, 0 mapped to 1. Test vectors: `"acme"` -> `0x44ad98655d8858e1`;
+/// `"0123456789abcdef"` repeated 64 times (1 KiB) -> `0x540ffccbf24ea528`; `"naïve-租户"`
+/// (UTF-8, 13 bytes) -> `0xd812649601f883b6`; the function over no bytes is
+/// `0x2d06800538d394c2`, but an empty identifier is refused here:
+/// `FAIRQ_ERR_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `raw` must be valid for reads of `len` bytes; `key_out` must be writable.

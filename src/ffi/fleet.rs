@@ -1,4 +1,4 @@
-//! Fleet mode from C (issue 9): `fairq_fleet_*` wraps [`crate::fleet::Fleet`], which syncs this
+//! Fleet mode from C: `fairq_fleet_*` wraps [`crate::fleet::Fleet`], which syncs this
 //! replica's served cost with the other replicas through Redis, off the hot path.
 //!
 //! Compiled only with cargo feature `fleet`. cbindgen still parses this module (it reads the
@@ -26,24 +26,28 @@ use crate::fleet::{Fleet, FleetConfig, FleetError, FleetStatus, FleetThread};
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct fairq_fleet_config {
-    /// Redis URL. Default `"redis://127.0.0.1:6379/"`.
+    /// Redis URL. Default `"redis://127.0.0.1:6379/"`. A Redis Cluster:
+    /// `"redis+cluster://host:port,host:port/"`, or several URLs separated by commas (the seed
+    /// nodes).
     pub url: *const c_char,
     /// Fleet name, the same on every replica (it forms the keys' hash tag). Not empty. Default
     /// `"default"`.
     pub fleet: *const c_char,
-    /// This replica's name, unique in the fleet (heartbeat field). Not empty. Default
-    /// `"replica"`.
+    /// This replica's name, unique in the fleet (heartbeat, batch numbers, rates). Not empty.
+    /// Default `"replica"`.
     pub replica: *const c_char,
-    /// Sync period P in ms, 50..=500. Default 100. Socket timeouts are P/2.
+    /// Sync period P in ms, 50..=500. Default 100. Socket timeouts are P/2. Replicas of one
+    /// fleet may use different periods.
     pub period_ms: u64,
     /// Epoch length in ms, at least 1000; keys expire after two epochs. Default 300000.
     pub epoch_ms: u64,
     /// Data older than this (ms, at least `period_ms`) degrades the replica to local fairness.
     /// Default 1000.
     pub stale_ms: u64,
-    /// EWMA weight of the newest sample, in (0, 1]. Default 0.5.
+    /// EWMA weight of the newest local and fleet rates per period, in (0, 1]. Default 0.5.
     pub smoothing: f64,
-    /// Most tenants whose deltas one sync sends (K), 1..=4096. Default 256.
+    /// Most tenants whose deltas, and most whose rates, one sync sends (K), 1..=4096. Default
+    /// 256.
     pub top_k: u32,
 }
 
@@ -53,7 +57,8 @@ pub struct fairq_fleet_config {
 pub struct fairq_fleet_status {
     /// `now_ns` of the last successful sync; meaningful only when `has_synced`.
     pub last_sync_ns: u64,
-    /// Pipelines sent to Redis (at most one per sync).
+    /// Sync requests sent to Redis (one `EVALSHA` per sync; two in a sync that had to reload
+    /// the script after a Redis restart or failover).
     pub pipelines: u64,
     /// Syncs attempted.
     pub syncs: u64,
@@ -335,10 +340,12 @@ pub unsafe extern "C" fn fairq_fleet_sync(fleet: *const fairq_fleet) -> i32 {
     })
 }
 
-/// One sync at `now_ns` (monotonic, the `fairq_now_ns` clock the library thread uses): at most
-/// one Redis pipeline, blocking up to the socket timeout (P/2) at worst, so call it every period
-/// from a thread where that is fine. `FAIRQ_OK`, or `FAIRQ_ERR_FLEET_SYNC` when Redis failed:
-/// the failure is recorded in the status and the unsent deltas are kept. `FAIRQ_ERR_BUSY` while
+/// One sync at `now_ns` (monotonic, the `fairq_now_ns` clock the library thread uses): one
+/// round trip to Redis, blocking up to the socket timeout (P/2) at worst, so call it every period
+/// from a thread where that is fine (evenly spaced or not: rates are measured over time).
+/// `FAIRQ_OK`, or `FAIRQ_ERR_FLEET_SYNC` when Redis failed: the failure is recorded in the
+/// status and the unsent deltas are kept (a batch that may have reached Redis is resent
+/// unchanged, and Redis applies it once). `FAIRQ_ERR_BUSY` while
 /// the library thread runs (nothing is done). Concurrent syncs on one fleet run one after the
 /// other. Feature `fleet`; declared when `FAIRQ_FLEET` is defined.
 ///

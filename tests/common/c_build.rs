@@ -27,8 +27,12 @@ pub fn built_library(name: &str) -> PathBuf {
 /// Compiles `source` (relative to the crate root) with `defines` (`-D...`) against
 /// `libfairq.a`; returns the program's path.
 pub fn compile(source: &str, name: &str, defines: &[&str]) -> PathBuf {
+    compile_with(source, name, defines, &built_library("libfairq.a"))
+}
+
+/// [`compile`] against the static library `lib`.
+pub fn compile_with(source: &str, name: &str, defines: &[&str], lib: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = built_library("libfairq.a");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let status = Command::new(&cc)
@@ -44,7 +48,7 @@ pub fn compile(source: &str, name: &str, defines: &[&str]) -> PathBuf {
         .arg("-I")
         .arg(root.join("include"))
         .arg(root.join(source))
-        .arg(&lib)
+        .arg(lib)
         .args(["-lpthread", "-ldl", "-lm", "-o"])
         .arg(&out)
         .status()

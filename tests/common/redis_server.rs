@@ -1,6 +1,7 @@
 //! A real `redis-server` for the fleet tests (Debian package `redis-server`): started on
-//! 127.0.0.1 at a free port without persistence, killed on drop. No Redis client needed, so the
-//! `fairq-cli` fleet harness includes this file too (`#[path]`).
+//! 127.0.0.1 at a free port without persistence, killed on drop; and a real Redis Cluster of
+//! such servers (three masters, one replica each, made with `redis-cli --cluster create`). No
+//! Redis client needed, so the `fairq-cli` fleet harness includes this file too (`#[path]`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -26,9 +27,15 @@ impl RedisServer {
 
     /// Starts one on `port` (e.g. the port of one stopped before) and waits until it answers.
     pub fn start_on(port: u16) -> RedisServer {
+        RedisServer::start_with(port, &[])
+    }
+
+    /// Starts one on `port` with more `redis-server` options and waits until it answers.
+    pub fn start_with(port: u16, options: &[&str]) -> RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -74,6 +81,241 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// A Redis Cluster on loopback: three masters with one replica each, node timeout 1 s, every
+/// replica in sync with its master when [`RedisCluster::start`] returns.
+pub struct RedisCluster {
+    nodes: Vec<Option<RedisServer>>,
+    dir: std::path::PathBuf,
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Clone, Debug)]
+#[allow(dead_code)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// For a replica, its master's id.
+    pub master_id: Option<String>,
+    /// For a master, the slot ranges it serves.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl RedisCluster {
+    /// Starts six `redis-server --cluster-enabled yes` and joins them with `redis-cli --cluster
+    /// create ... --cluster-replicas 1`; returns once every node reports `cluster_state:ok`.
+    pub fn start() -> RedisCluster {
+        let ports: Vec<u16> = (0..6).map(|_| cluster_port()).collect();
+        let dir = std::env::temp_dir().join(format!("fairq-cluster-{}", ports[0]));
+        std::fs::create_dir_all(&dir).unwrap();
+        let nodes = ports
+            .iter()
+            .map(|&p| {
+                let conf = format!("nodes-{p}.conf");
+                Some(RedisServer::start_with(
+                    p,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "1000",
+                        // A replica syncs at once (not after the diskless delay of 5 s), and
+                        // may take over however long it was cut off from its master.
+                        "--repl-diskless-sync-delay",
+                        "0",
+                        "--cluster-replica-validity-factor",
+                        "0",
+                        "--dir",
+                        dir.to_str().unwrap(),
+                    ],
+                ))
+            })
+            .collect();
+        let cluster = RedisCluster { nodes, dir };
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH (Debian package redis-tools, with redis-server)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ports
+            .iter()
+            .all(|&p| info(p, &["CLUSTER", "INFO"]).is_some_and(|i| i.contains("cluster_state:ok")))
+            || cluster.nodes().iter().filter(|n| !n.master).count() < 3
+            || !cluster.nodes().iter().filter(|n| !n.master).all(|n| {
+                info(n.port, &["INFO", "replication"])
+                    .is_some_and(|i| i.contains("master_link_status:up"))
+            })
+        {
+            assert!(Instant::now() < deadline, "the cluster did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// `redis+cluster://` with every node as a seed.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .flatten()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}/", hosts.join(","))
+    }
+
+    /// Ports of the nodes still running.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().flatten().map(|n| n.port()).collect()
+    }
+
+    /// The cluster as a running node sees it.
+    pub fn nodes(&self) -> Vec<ClusterNode> {
+        let text = self
+            .ports()
+            .into_iter()
+            .find_map(|p| info(p, &["CLUSTER", "NODES"]))
+            .unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 8 || f[2].contains("fail") {
+                    return None;
+                }
+                let port = f[1].split('@').next()?.rsplit(':').next()?.parse().ok()?;
+                let slots = f[8..]
+                    .iter()
+                    .filter_map(|r| {
+                        let (a, b) = r.split_once('-').unwrap_or((r, r));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                Some(ClusterNode {
+                    id: f[0].to_string(),
+                    port,
+                    master: f[2].contains("master"),
+                    master_id: (f[3] != "-").then(|| f[3].to_string()),
+                    slots,
+                })
+            })
+            .collect()
+    }
+
+    /// The master serving `slot` and its replica: (master port, replica port).
+    pub fn owner(&self, slot: u16) -> (u16, u16) {
+        let nodes = self.nodes();
+        let master = nodes
+            .iter()
+            .find(|n| n.master && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .unwrap_or_else(|| panic!("no master for slot {slot}: {nodes:?}"));
+        let replica = nodes
+            .iter()
+            .find(|n| n.master_id.as_deref() == Some(master.id.as_str()))
+            .unwrap_or_else(|| panic!("no replica of {master:?}"));
+        (master.port, replica.port)
+    }
+
+    /// The slot of a key (`CLUSTER KEYSLOT`).
+    pub fn slot(&self, key: &str) -> u16 {
+        let port = self.ports()[0];
+        info(port, &["CLUSTER", "KEYSLOT", key])
+            .and_then(|s| s.trim().parse().ok())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// Kills the node on `port` (SIGKILL).
+    pub fn kill(&mut self, port: u16) {
+        for n in self.nodes.iter_mut() {
+            if n.as_ref().is_some_and(|s| s.port() == port) {
+                n.take().unwrap().stop();
+            }
+        }
+    }
+
+    /// Whether the node on `port` is a master now (`ROLE`).
+    pub fn is_master(port: u16) -> bool {
+        info(port, &["ROLE"]).is_some_and(|r| r.starts_with("master"))
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A command to the node on `port`: the reply's text (a bulk string, status or integer), or
+/// the first bulk string of an array; None on failure.
+fn info(port: u16, parts: &[&str]) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut req = format!("*{}\r\n", parts.len());
+    for p in parts {
+        req += &format!("${}\r\n{p}\r\n", p.len());
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let n = s.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        // An array (ROLE): skip to its first element.
+        let body = if text.starts_with('*') {
+            match text.find("\r\n") {
+                Some(i) => text[i + 2..].to_string(),
+                None => continue,
+            }
+        } else {
+            text
+        };
+        let Some(eol) = body.find("\r\n") else {
+            continue;
+        };
+        match body.as_bytes().first() {
+            Some(b'$') => {
+                let len: usize = body[1..eol].parse().ok()?;
+                if body.len() >= eol + 2 + len {
+                    return Some(body[eol + 2..eol + 2 + len].to_string());
+                }
+            }
+            Some(b'+' | b':') => return Some(body[1..eol].to_string()),
+            _ => return None,
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //!
 //! A replica is an [`fairq::Engine`] (`max_in_flight` 8 by default) fed by closed-loop flows and
 //! drained by a simulated backend (each grant holds its permit for the service time, then
-//! `complete`), with fleet mode on (the library's sync thread) or off.
+//! `complete`), with fleet mode on (the library's sync thread, or a loop of its own that syncs at random
+//! intervals) or off.
 
 mod replica;
 

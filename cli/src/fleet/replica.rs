@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -16,6 +17,8 @@ use fairq::{
     Config, Dimension, Engine, Enqueued, FleetTenant, NextGrant, Outcome, Request, TenantKey,
     Ticket,
 };
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 const MS: u64 = 1_000_000;
@@ -44,6 +47,11 @@ pub struct ReplicaArgs {
     /// Sync period P, ms.
     #[arg(long, default_value_t = 100)]
     pub period_ms: u64,
+    /// Sync at random intervals instead, each drawn uniformly from MIN..=MAX ms (`50-500`), by a
+    /// loop of this program calling `Fleet::sync` (a replica whose period drifts); `--period-ms`
+    /// then only sets the socket timeouts (P/2).
+    #[arg(long, value_parser = parse_range)]
+    pub period_range_ms: Option<(u64, u64)>,
     /// EWMA weight of the newest sample.
     #[arg(long, default_value_t = 0.5)]
     pub smoothing: f64,
@@ -81,6 +89,81 @@ pub struct FlowSpec {
     /// Active until this ms (none: to the end).
     #[serde(default)]
     pub to_ms: Option<u64>,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('-').ok_or("expected MIN-MAX")?;
+    let (a, b): (u64, u64) = (
+        a.trim().parse().map_err(|e| format!("{e}"))?,
+        b.trim().parse().map_err(|e| format!("{e}"))?,
+    );
+    if a == 0 || a > b {
+        return Err(format!("expected 0 < MIN <= MAX, got {a}-{b}"));
+    }
+    Ok((a, b))
+}
+
+/// The sync loop: the library's thread, or this program's loop at random intervals.
+enum SyncLoop {
+    Library(FleetThread),
+    Drifting {
+        stop: mpsc::Sender<()>,
+        handle: JoinHandle<Fleet>,
+        status: Arc<Mutex<FleetStatus>>,
+    },
+}
+
+impl SyncLoop {
+    fn start(fleet: Fleet, range: Option<(u64, u64)>) -> std::io::Result<SyncLoop> {
+        let Some((lo, hi)) = range else {
+            return fleet.start().map(SyncLoop::Library);
+        };
+        let (stop, stopped) = mpsc::channel::<()>();
+        let status = Arc::new(Mutex::new(fleet.status()));
+        let shared = status.clone();
+        let mut rng = SmallRng::seed_from_u64(fairq::now_ns() ^ u64::from(std::process::id()));
+        let handle = std::thread::Builder::new()
+            .name("drifting-sync".into())
+            .spawn(move || {
+                let mut fleet = fleet;
+                loop {
+                    let began = fairq::now_ns();
+                    let _ = fleet.sync(began);
+                    *shared.lock().unwrap_or_else(|e| e.into_inner()) = fleet.status();
+                    let due = began + rng.gen_range(lo..=hi) * MS;
+                    let wait = due.saturating_sub(fairq::now_ns());
+                    match stopped.recv_timeout(Duration::from_nanos(wait)) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                        _ => break,
+                    }
+                }
+                fleet
+            })?;
+        Ok(SyncLoop::Drifting {
+            stop,
+            handle,
+            status,
+        })
+    }
+
+    fn status(&self) -> FleetStatus {
+        match self {
+            SyncLoop::Library(t) => t.status(),
+            SyncLoop::Drifting { status, .. } => {
+                status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+            }
+        }
+    }
+
+    fn stop(self) -> Fleet {
+        match self {
+            SyncLoop::Library(t) => t.stop(),
+            SyncLoop::Drifting { stop, handle, .. } => {
+                let _ = stop.send(());
+                handle.join().expect("the sync loop does not panic")
+            }
+        }
+    }
 }
 
 fn one() -> u32 {
@@ -193,7 +276,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
     let mut granted: BTreeMap<String, u64> = names.values().map(|n| (n.clone(), 0)).collect();
 
     let fleet_started = Instant::now();
-    let thread: Option<FleetThread> = match &args.redis {
+    let thread: Option<SyncLoop> = match &args.redis {
         None => None,
         Some(url) => {
             let config = FleetConfig {
@@ -205,7 +288,7 @@ pub fn run(args: &ReplicaArgs) -> Result<(), String> {
                 ..FleetConfig::default()
             };
             let fleet = Fleet::new(engine.clone(), config).map_err(|e| e.to_string())?;
-            Some(fleet.start().map_err(|e| e.to_string())?)
+            Some(SyncLoop::start(fleet, args.period_range_ms).map_err(|e| e.to_string())?)
         }
     };
 
