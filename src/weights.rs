@@ -1,4 +1,4 @@
-//! The weight table (R5): tenant key → weight, replaced whole at run time.
+//! The weight table: tenant key → weight, replaced whole at run time.
 //!
 //! Readers (a tenant claiming a slot) see one consistent table through the shim's `SharedPtr`
 //! (`ArcSwap`), without locking. Writers build a new table and swap it in.

@@ -52,8 +52,6 @@ pub use classes::with_batched_picks;
 
 /// Most visits a tenant can make up at once after missing turns while held.
 const MAKEUP_VISITS: i64 = 8;
-/// DRR credit is kept in 1/`FACTOR_ONE` cost units, so a fleet factor scales it without rounding.
-const CREDIT_UNIT: i64 = FACTOR_ONE as i64;
 /// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
 const DEBT_QUANTA: i64 = 8;
 /// `live` pins `enqueue` takes on a slot: the ticket's own, and `push_queued`'s extra pin.
@@ -643,7 +641,7 @@ impl<H: Hooks> Core<H> {
             if new_visit {
                 if slot.debt.load(Ordering::Relaxed) != 0 {
                     let debt = slot.debt.swap(0, Ordering::Relaxed);
-                    credit = credit.saturating_sub(debt.saturating_mul(CREDIT_UNIT));
+                    credit = credit.saturating_sub(debt.saturating_mul(i64::from(FACTOR_ONE)));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
                 // Visits it missed while another granter held it are made up (a few at most).
@@ -653,11 +651,11 @@ impl<H: Hooks> Core<H> {
                 // A tenant at a reduced effective weight (fleet mode) earns credit in proportion.
                 let earned = quantum * owed * i64::from(slot.factor.load(Ordering::Relaxed));
                 // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
-                credit = credit.max(-DEBT_QUANTA * quantum * CREDIT_UNIT) + earned;
+                credit = credit.max(-DEBT_QUANTA * quantum * i64::from(FACTOR_ONE)) + earned;
                 slot.credit.store(credit, Ordering::Relaxed);
                 new_visit = false;
             }
-            if credit < i64::from(cost) * CREDIT_UNIT {
+            if credit < i64::from(cost) * i64::from(FACTOR_ONE) {
                 // This visit is spent; the next one adds a quantum.
                 if let Some(u) = self.hooks.unadmit(fields.downstream) {
                     self.place(u, None, false, now);
@@ -672,7 +670,7 @@ impl<H: Hooks> Core<H> {
                 continue; // a cancel won; the next round sweeps it
             }
             slot.credit
-                .store(credit - i64::from(cost) * CREDIT_UNIT, Ordering::Relaxed);
+                .store(credit - i64::from(cost) * i64::from(FACTOR_ONE), Ordering::Relaxed);
             self.unreserve(t);
             slot.record_grant(cost, now);
             let waited_ns = now.saturating_sub(fields.enqueued_at);
@@ -760,7 +758,7 @@ impl<H: Hooks> Core<H> {
                 .tickets
                 .fields(Ticket(slot.staged.load(Ordering::Relaxed)))
                 .map_or(u32::MAX, |f| f.cost);
-            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * CREDIT_UNIT
+            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * i64::from(FACTOR_ONE)
         };
         self.place(t, Some(class), visit_continues, now);
     }
