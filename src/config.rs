@@ -44,7 +44,11 @@ pub struct Config {
     /// How long an idle tenant keeps its slot (and weight, counters) before a new tenant may take
     /// it, in ms. 0..=86400000. Default 1000.
     pub tenant_idle_ms: u64,
-    /// Most distinct weights in use at once. 1..=64. Default 8.
+    /// Most distinct weights the weight table (with the default weight and the tiers) may hold
+    /// at once. 1..=64. Default 8. A weight no tenant and no table entry refers to any more frees
+    /// its class; the engine keeps up to twice this many classes (at most 64), so tenants still
+    /// queued in the class of an old weight never block a change. The cost of a pick grows with
+    /// the classes in use, never with the tenants.
     pub max_weight_classes: u32,
     /// Fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio, starvation
     /// window) and the engine-wide wait histogram. On by default; off saves a few atomic writes

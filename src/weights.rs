@@ -28,6 +28,14 @@ impl WeightTable {
             .unwrap_or(self.default_weight)
     }
 
+    /// Every weight the table can give: its entries' and the default (with repeats).
+    pub(crate) fn weights(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_key
+            .values()
+            .copied()
+            .chain(std::iter::once(self.default_weight))
+    }
+
     pub(crate) fn with_entry(&self, key: u64, weight: u32) -> WeightTable {
         let mut next = self.clone();
         next.by_key.insert(key, weight);

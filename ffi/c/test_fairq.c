@@ -551,8 +551,10 @@ static void test_weight_errors_and_bulk_replace(void) {
     /* Bulk replacement is all or nothing. */
     fairq_weight_entry bad[] = {{a, 3}, {b, 0}};
     assert(fairq_replace_weights(e, bad, 2, 1) == FAIRQ_ERR_INVALID_ARGUMENT);
-    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}};
-    assert(fairq_replace_weights(e, too_many, 2, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);
+    /* Four distinct weights with the default: over the three allowed. (Three would do: a weight
+       no tenant and no table entry refers to any more frees its class.) */
+    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}, {d, 9}};
+    assert(fairq_replace_weights(e, too_many, 3, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);
     uint32_t w = 0;
     assert(fairq_weight_of(e, a, &w) == FAIRQ_OK && w == 2);
     assert(fairq_weight_of(e, b, &w) == FAIRQ_OK && w == 3);

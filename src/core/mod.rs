@@ -173,7 +173,11 @@ impl<H: Hooks> Core<H> {
     /// Builds the core: every table is allocated here, none later.
     pub(crate) fn new(limits: Limits, hooks: H) -> Core<H> {
         let slots = slot_count(limits.max_tenants as usize);
-        let classes = Classes::new(limits.max_weight_classes as usize, slots);
+        // Twice the classes the weights may use at once: a tenant still queued in the class of
+        // its old weight keeps that class alive until it is served, and a weight change must
+        // not wait for that.
+        let physical = (2 * limits.max_weight_classes as usize).min(CLASS_LIMIT);
+        let classes = Classes::new(physical, slots);
         classes.pin(limits.default_weight);
         for &weight in &limits.pinned_weights {
             classes.pin(weight); // validated to fit max_weight_classes
@@ -325,12 +329,26 @@ impl<H: Hooks> Core<H> {
 
     /// Sets up a slot just claimed for `key`, while the claimer holds it exclusively.
     fn init_slot(&self, t: SlotId, slot: &TenantSlot, key: u64) {
-        let weight = self.weights.with(|w| w.get(key));
-        // `set_weight` creates a weight's class before it publishes the weight, so it exists.
-        let class = self.classes.find(weight).unwrap_or(0);
+        let (weight, class) = self.weight_and_class(key);
         slot.weight.store(weight, Ordering::Relaxed);
         slot.class.store(class, Ordering::Relaxed);
         self.hooks.claimed(t);
+    }
+
+    /// `key`'s weight in the weight table and that weight's class. `set_weight` creates a
+    /// weight's class before it publishes the weight; but a table read just before a newer one
+    /// replaced it may name a weight whose class was freed meanwhile (no tenant and no table entry
+    /// refer to it), so a missing class means "read the table again". After a few tries (only
+    /// under a storm of weight changes) the default weight's class, which is never freed.
+    fn weight_and_class(&self, key: u64) -> (u32, ClassId) {
+        for _ in 0..4 {
+            let weight = self.weights.with(|w| w.get(key));
+            if let Some(class) = self.classes.find(weight) {
+                return (weight, class);
+            }
+        }
+        let weight = self.limits.default_weight;
+        (weight, self.classes.find(weight).unwrap_or(0))
     }
 
     /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
@@ -669,8 +687,10 @@ impl<H: Hooks> Core<H> {
                 }
                 continue; // a cancel won; the next round sweeps it
             }
-            slot.credit
-                .store(credit - i64::from(cost) * i64::from(FACTOR_ONE), Ordering::Relaxed);
+            slot.credit.store(
+                credit - i64::from(cost) * i64::from(FACTOR_ONE),
+                Ordering::Relaxed,
+            );
             self.unreserve(t);
             slot.record_grant(cost, now);
             let waited_ns = now.saturating_sub(fields.enqueued_at);
@@ -974,11 +994,13 @@ impl<H: Hooks> Core<H> {
             return Err(Error::InvalidArgument("weight must be in 1..=10000"));
         }
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let class = self
-            .classes
-            .ensure(weight)
-            .ok_or(Error::TooManyWeightClasses)?;
         let next = self.weights.with(|w| w.with_entry(key.get(), weight));
+        if !self.within_class_limit(&next) {
+            return Err(Error::TooManyWeightClasses);
+        }
+        let class = self
+            .class_for(weight, Some(&next))
+            .ok_or(Error::TooManyWeightClasses)?;
         self.weights.store(next);
         self.apply_weight(key.get(), weight, class);
         Ok(())
@@ -999,16 +1021,20 @@ impl<H: Hooks> Core<H> {
         distinct.push(default_weight);
         distinct.sort_unstable();
         distinct.dedup();
-        if !self.classes.can_hold(&distinct) {
+        let next = WeightTable::from_entries(entries.iter().copied(), default_weight);
+        if !self.within_class_limit(&next) {
             return Err(Error::TooManyWeightClasses);
+        }
+        if !self.classes.can_hold(&distinct) {
+            self.classes.collect(self.referenced_classes(Some(&next)));
+            if !self.classes.can_hold(&distinct) {
+                return Err(Error::TooManyWeightClasses);
+            }
         }
         for &w in &distinct {
             self.classes.ensure(w);
         }
-        self.weights.store(WeightTable::from_entries(
-            entries.iter().copied(),
-            default_weight,
-        ));
+        self.weights.store(next);
         for index in 0..self.tenants.len() as SlotId {
             let key = self.tenants.slot(index).key.load(Ordering::Relaxed);
             if key != 0 {
@@ -1018,6 +1044,56 @@ impl<H: Hooks> Core<H> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `table`'s distinct weights, with the pinned ones (tiers), fit `max_weight_classes`.
+    fn within_class_limit(&self, table: &WeightTable) -> bool {
+        let mut distinct: Vec<u32> = table
+            .weights()
+            .chain(self.limits.pinned_weights.iter().copied())
+            .collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len() <= self.limits.max_weight_classes as usize
+    }
+
+    /// The class of `weight`, freeing the classes no one refers to any more if every class is
+    /// taken (`next`: the weight table about to be published, whose weights must keep theirs).
+    /// Admin lock held.
+    fn class_for(&self, weight: u32, next: Option<&WeightTable>) -> Option<ClassId> {
+        if let Some(class) = self.classes.ensure(weight) {
+            return Some(class);
+        }
+        self.classes.collect(self.referenced_classes(next));
+        self.classes.ensure(weight)
+    }
+
+    /// A bit for every class something refers to: a tenant slot's class, a weight of `next` (the
+    /// table about to be published) or else of the table in use. O(slots + table entries); admin
+    /// lock held.
+    fn referenced_classes(&self, next: Option<&WeightTable>) -> u64 {
+        let mut referenced = 0u64;
+        for slot in self.tenants.slots() {
+            // Relaxed: admin lock held; a slot being claimed reads the weight table, whose
+            // weights are kept below.
+            if slot.key.load(Ordering::Relaxed) != 0 {
+                referenced |= 1 << slot.class.load(Ordering::Relaxed);
+            }
+        }
+        let mut keep = |table: &WeightTable| {
+            for w in table.weights() {
+                if let Some(c) = self.classes.find(w) {
+                    referenced |= 1 << c;
+                }
+            }
+        };
+        // The table about to replace the current one, else the current one: a weight only the
+        // outgoing table has may be freed now (see `weight_and_class`).
+        match next {
+            Some(next) => keep(next),
+            None => self.weights.with(&mut keep),
+        }
+        referenced
     }
 
     fn apply_weight(&self, key: u64, weight: u32, class: ClassId) {
@@ -1060,7 +1136,7 @@ impl<H: Hooks> Core<H> {
     /// the class if there is room. Returns whether it moved. Off the hot path.
     pub(crate) fn move_to_class(&self, key: TenantKey, weight: u32) -> bool {
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(class) = self.classes.ensure(weight) else {
+        let Some(class) = self.class_for(weight, None) else {
             return false; // no weight class left for it
         };
         let Some(t) = self.tenants.pin_existing(key.get()) else {
