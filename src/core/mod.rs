@@ -45,7 +45,7 @@ use ring::Next;
 pub(crate) use tenants::{ring_capacity, slot_count};
 use tenants::{TenantSlot, TenantTable};
 use tickets::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
-use wheel::Wheel;
+use wheel::{Wheel, LATEST_NOT_BEFORE};
 
 #[cfg(loom)]
 pub use classes::with_batched_picks;
@@ -303,7 +303,9 @@ impl<H: Hooks> Core<H> {
                 downstream: request.downstream,
                 user_data: request.user_data,
                 deadline: now.saturating_add(budget),
-                not_before: now.saturating_add(request.retry_after_ns),
+                not_before: now
+                    .saturating_add(request.retry_after_ns)
+                    .min(LATEST_NOT_BEFORE),
                 enqueued_at: now,
                 estimated_wait: estimated_wait_ns,
             },
@@ -887,12 +889,9 @@ impl<H: Hooks> Core<H> {
             return refuse(Reason::WaitExceedsBudget, position);
         }
         let estimated_wait_ns = self.estimate(self.tenants.slot(t), retry_after_ns, position);
-        self.tickets.requeue(
-            ticket,
-            now.saturating_add(retry_after_ns),
-            position,
-            estimated_wait_ns,
-        );
+        let not_before = now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE);
+        self.tickets
+            .requeue(ticket, not_before, position, estimated_wait_ns);
         if self.push_queued(t, ticket, now, false) == Pushed::Refused {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             return refused(Reason::TenantQueueFull, position);
