@@ -644,7 +644,7 @@ fn config_errors_name_the_field_and_the_range() {
                 tenant_queue_capacity: 1_000_000,
                 ..Config::default()
             },
-            "max_tenants",
+            "max_tenants x tenant_queue_capacity",
         ),
     ];
     for (config, field) in cases {
