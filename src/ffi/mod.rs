@@ -8,8 +8,13 @@
 //!   `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
 //!   negative, other outcomes (`FAIRQ_QUEUED`, `FAIRQ_EMPTY`, ...) are positive. The numbers never
 //!   change meaning.
-//! - **NULL.** Every pointer is checked. A NULL where a value is required gives `FAIRQ_ERR_NULL`
-//!   before anything happens. `fairq_engine_free(NULL)` is a no-op.
+//! - **Pointers.** Every pointer is checked by the helpers of `boundary.rs`, before anything
+//!   happens: NULL where a value is required gives `FAIRQ_ERR_NULL`, a misaligned pointer
+//!   `FAIRQ_ERR_INVALID_ARGUMENT` (the engine handle: `FAIRQ_ERR_INVALID_HANDLE`).
+//!   `fairq_engine_free(NULL)` is a no-op. `tests/ffi_pointers.rs` tries every pointer of every
+//!   export NULL and misaligned.
+//! - **Precedence.** The engine handle, then the other pointers in argument order, then values,
+//!   then the engine's own answer (`api.rs` spells it out).
 //! - **Out-parameters** are written only when the status says they were (`FAIRQ_OK` and the
 //!   positive outcomes documented per function); on an error they are left untouched.
 //! - **Panics** never cross the boundary: each function catches them and returns
