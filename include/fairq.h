@@ -162,6 +162,10 @@
 // The caller cancelled the request.
 #define FAIRQ_REASON_CANCELLED 9
 
+// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold) and
+// cannot serve it within its budget.
+#define FAIRQ_REASON_DOWNSTREAM_SHEDDING 10
+
 // Length of `fairq_stats.refused`, indexed by reason code (room for reasons added later).
 #define FAIRQ_REASON_SLOTS 16
 
@@ -483,6 +487,22 @@ typedef struct fairq_pool_stats {
     // The pool's configured bound.
     uint32_t max_in_flight;
 } fairq_pool_stats;
+
+// One bulkhead pool's load-shedding stage (`fairq_pool_get_shedding`).
+typedef struct fairq_pool_shedding {
+    // Error ratio of the pool's last judged window; NaN before the first.
+    double last_error_ratio;
+    // Times the limit was cut.
+    uint64_t cuts;
+    // Calls reported ok (`fairq_report_downstream`).
+    uint64_t reports_ok;
+    // Calls reported failed.
+    uint64_t reports_error;
+    // The in-flight limit in force: the pool's bound, unless shedding cut it.
+    uint32_t limit;
+    // 1 while the pool sheds (its limit is under its bound).
+    uint32_t shedding;
+} fairq_pool_shedding;
 
 // Fairness indicators over every tenant holding a slot (`fairq_fairness_get`): the smallest
 // and largest value of each. A min/max that no tenant has yet (no tenant expected a cost unit,
@@ -1057,6 +1077,22 @@ int32_t fairq_engine_builder_add_pool(struct fairq_engine_builder *builder,
                                       uint32_t max_in_flight,
                                       uint32_t *downstream_out);
 
+// Turns load shedding on for the bulkhead pools (add them first): when a pool's downstream
+// error rate over a window of `window_ms` (100..=3600000) passes `error_percent` (1..=100; the
+// usual rule is 2), with at least `min_requests` (1..=1000000; 0: the default, 20) reports in
+// the window, the pool's in-flight limit is cut in half (never below 1); each calm window grows
+// it back by an eighth of the pool's bound. While a pool's limit is cut, a request to it that
+// cannot be served within its budget is refused at once with
+// `FAIRQ_REASON_DOWNSTREAM_SHEDDING`. Feed it with `fairq_report_downstream`.
+// `error_percent` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_shedding(struct fairq_engine_builder *builder,
+                                          uint32_t error_percent,
+                                          uint64_t window_ms,
+                                          uint32_t min_requests);
+
 // How many tenants get their own fairness-indicator series in the Prometheus text (the top K
 // by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
 //
@@ -1146,6 +1182,35 @@ int32_t fairq_pool_count(const struct fairq_engine *engine, uint32_t *count_out)
 int32_t fairq_pool_get_stats(const struct fairq_engine *engine,
                              uint32_t downstream,
                              struct fairq_pool_stats *stats);
+
+// `fairq_report_downstream_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_report_downstream_at`.
+int32_t fairq_report_downstream(const struct fairq_engine *engine, uint32_t downstream, bool ok);
+
+// Reports whether a call to pool `downstream`'s downstream succeeded (`ok`: for HTTP, any
+// status under 500), for load shedding's error rate: call it once per granted request that
+// reached the downstream, next to `fairq_complete`. A no-op while load shedding is off.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool (when pools are
+// configured).
+//
+// # Safety
+// `engine` must be NULL or a live engine.
+int32_t fairq_report_downstream_at(const struct fairq_engine *engine,
+                                   uint32_t downstream,
+                                   bool ok,
+                                   uint64_t now_ns);
+
+// Fills `*out` with pool `downstream`'s shedding stage. `FAIRQ_NOT_FOUND` (nothing written)
+// when no such pool is configured. Without load shedding the limit is the pool's bound and
+// `shedding` 0.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_pool_get_shedding(const struct fairq_engine *engine,
+                                uint32_t downstream,
+                                struct fairq_pool_shedding *out);
 
 // `fairq_fairness_get_at` at `fairq_now_ns()`.
 //

@@ -1,7 +1,7 @@
 //! The controls `fairq_config` cannot carry, reachable from C: weight tiers, the starvation
 //! guard, the wait boost, the feedback controller, bulkhead pools (with the request's
-//! downstream), the indicators' top K; plus what reads them back (tiers, pool gauges, the
-//! fairness aggregate and top tenants).
+//! downstream) and their load shedding, the indicators' top K; plus what reads them back
+//! (tiers, pool gauges and shedding stage, the fairness aggregate and top tenants).
 //!
 //! # Why a builder
 //! `fairq_config` is a fixed-layout struct: the ABI policy never changes a released layout, so
@@ -30,6 +30,7 @@ use crate::engine::Engine;
 use crate::identity::TenantKey;
 use crate::indicators::MinMax;
 use crate::policy::{FeedbackController, StarvationGuard, Tier, WaitBoost};
+use crate::shedding::Shedding;
 use crate::types::Enqueued;
 
 // ---------------------------------------------------------------- the builder
@@ -397,6 +398,41 @@ pub unsafe extern "C" fn fairq_engine_builder_add_pool(
     })
 }
 
+/// Turns load shedding on for the bulkhead pools (add them first): when a pool's downstream
+/// error rate over a window of `window_ms` (100..=3600000) passes `error_percent` (1..=100; the
+/// usual rule is 2), with at least `min_requests` (1..=1000000; 0: the default, 20) reports in
+/// the window, the pool's in-flight limit is cut in half (never below 1); each calm window grows
+/// it back by an eighth of the pool's bound. While a pool's limit is cut, a request to it that
+/// cannot be served within its budget is refused at once with
+/// `FAIRQ_REASON_DOWNSTREAM_SHEDDING`. Feed it with `fairq_report_downstream`.
+/// `error_percent` 0 turns it off again.
+///
+/// # Safety
+/// `builder` must be NULL or a live builder.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_engine_builder_set_shedding(
+    builder: *mut fairq_engine_builder,
+    error_percent: u32,
+    window_ms: u64,
+    min_requests: u32,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live builder, by contract.
+        let builder = unsafe { builder_mut(builder) }?;
+        builder.update(|c| {
+            c.shedding = (error_percent != 0).then(|| Shedding {
+                error_percent,
+                window_ms,
+                min_requests: match min_requests {
+                    0 => Shedding::default().min_requests,
+                    n => n,
+                },
+            });
+            Ok(())
+        })
+    })
+}
+
 /// How many tenants get their own fairness-indicator series in the Prometheus text (the top K
 /// by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
 ///
@@ -668,6 +704,100 @@ pub unsafe extern "C" fn fairq_pool_get_stats(
             blocked_tenants: blocked,
             blocks,
             max_in_flight: max,
+        };
+        // SAFETY: checked non-NULL and aligned, writable by contract.
+        unsafe { write_out(out, value) };
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// `fairq_report_downstream_at` at `fairq_now_ns()`.
+///
+/// # Safety
+/// As `fairq_report_downstream_at`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_report_downstream(
+    engine: *const fairq_engine,
+    downstream: u32,
+    ok: bool,
+) -> i32 {
+    ffi_status!({
+        let now = crate::clock::now_ns();
+        // SAFETY: same contract.
+        Ok(unsafe { fairq_report_downstream_at(engine, downstream, ok, now) })
+    })
+}
+
+/// Reports whether a call to pool `downstream`'s downstream succeeded (`ok`: for HTTP, any
+/// status under 500), for load shedding's error rate: call it once per granted request that
+/// reached the downstream, next to `fairq_complete`. A no-op while load shedding is off.
+/// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool (when pools are
+/// configured).
+///
+/// # Safety
+/// `engine` must be NULL or a live engine.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_report_downstream_at(
+    engine: *const fairq_engine,
+    downstream: u32,
+    ok: bool,
+    now_ns: u64,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        engine
+            .report_downstream_at(downstream, ok, now_ns)
+            .map_err(error_status)?;
+        Ok(FAIRQ_OK)
+    })
+}
+
+/// One bulkhead pool's load-shedding stage (`fairq_pool_get_shedding`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct fairq_pool_shedding {
+    /// Error ratio of the pool's last judged window; NaN before the first.
+    pub last_error_ratio: f64,
+    /// Times the limit was cut.
+    pub cuts: u64,
+    /// Calls reported ok (`fairq_report_downstream`).
+    pub reports_ok: u64,
+    /// Calls reported failed.
+    pub reports_error: u64,
+    /// The in-flight limit in force: the pool's bound, unless shedding cut it.
+    pub limit: u32,
+    /// 1 while the pool sheds (its limit is under its bound).
+    pub shedding: u32,
+}
+
+/// Fills `*out` with pool `downstream`'s shedding stage. `FAIRQ_NOT_FOUND` (nothing written)
+/// when no such pool is configured. Without load shedding the limit is the pool's bound and
+/// `shedding` 0.
+///
+/// # Safety
+/// `engine` must be NULL or a live engine; `out` must be writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_pool_get_shedding(
+    engine: *const fairq_engine,
+    downstream: u32,
+    out: *mut fairq_pool_shedding,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live engine, by contract.
+        let engine = unsafe { engine_ref(engine) }?;
+        let out = required_out(out)?;
+        let pools = engine.downstream_shedding();
+        let Some(p) = pools.get(downstream as usize) else {
+            return Ok(FAIRQ_NOT_FOUND);
+        };
+        let value = fairq_pool_shedding {
+            last_error_ratio: p.last_error_ratio.unwrap_or(f64::NAN),
+            cuts: p.cuts,
+            reports_ok: p.ok,
+            reports_error: p.errors,
+            limit: p.limit as u32,
+            shedding: u32::from(p.shedding),
         };
         // SAFETY: checked non-NULL and aligned, writable by contract.
         unsafe { write_out(out, value) };
