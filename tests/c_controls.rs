@@ -41,7 +41,7 @@ fn c_controls_suite_passes() {
     let stdout = run(&program, &[]);
     print!("{stdout}");
     assert!(
-        stdout.contains("c_controls: 7 passed, 0 failed"),
+        stdout.contains("c_controls: 8 passed, 0 failed"),
         "unexpected summary:\n{stdout}"
     );
 }
@@ -135,7 +135,9 @@ fn the_0_1_0_test_suite_built_against_its_header_passes_against_this_library() {
 
 #[test]
 fn c_layouts_of_the_new_structs_match_rust() {
-    use fairq::ffi::{fairq_fairness, fairq_indicators, fairq_pool_stats, fairq_tick_report};
+    use fairq::ffi::{
+        fairq_fairness, fairq_indicators, fairq_pool_shedding, fairq_pool_stats, fairq_tick_report,
+    };
     use std::mem::{offset_of, size_of};
     let probe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("controls-layout.c");
     std::fs::write(
@@ -151,6 +153,7 @@ int main(void) {
     O(fairq_fairness, starvation_longest_max_s);
     S(fairq_indicators); O(fairq_indicators, fair_share_ratio); O(fairq_indicators, ready);
     S(fairq_tick_report); O(fairq_tick_report, weights_lowered);
+    S(fairq_pool_shedding); O(fairq_pool_shedding, limit); O(fairq_pool_shedding, shedding);
     return 0;
 }
 "#,
@@ -200,6 +203,15 @@ int main(void) {
         (
             "fairq_tick_report.weights_lowered",
             offset_of!(fairq_tick_report, weights_lowered),
+        ),
+        ("fairq_pool_shedding", size_of::<fairq_pool_shedding>()),
+        (
+            "fairq_pool_shedding.limit",
+            offset_of!(fairq_pool_shedding, limit),
+        ),
+        (
+            "fairq_pool_shedding.shedding",
+            offset_of!(fairq_pool_shedding, shedding),
         ),
     ];
     let want: String = expected.iter().map(|(k, v)| format!("{k} {v}\n")).collect();

@@ -524,6 +524,85 @@ static void test_pools_keep_other_downstreams_flowing(void) {
     fairq_engine_free(e);
 }
 
+/* ------------------------------------------------------------------ load shedding */
+
+static void test_shedding_cuts_a_failing_pool_and_refuses_what_it_cannot_serve(void) {
+    fairq_config c = enabled_config();
+    c.max_in_flight = 8;
+    fairq_engine_builder *b = new_builder(c);
+    /* It works on pools: none yet. */
+    assert(fairq_engine_builder_set_shedding(b, 2, 1000, 10) == FAIRQ_ERR_INVALID_CONFIG);
+    assert(strstr(message(b), "shedding") != NULL && strstr(message(b), "downstream") != NULL);
+    assert(fairq_engine_builder_add_pool(b, 4, NULL) == FAIRQ_OK);
+    assert(fairq_engine_builder_add_pool(b, 4, NULL) == FAIRQ_OK);
+    assert(fairq_engine_builder_set_shedding(b, 101, 1000, 10) == FAIRQ_ERR_INVALID_CONFIG);
+    assert(strstr(message(b), "shedding.error_percent") != NULL);
+    assert(fairq_engine_builder_set_shedding(b, 2, 50, 10) == FAIRQ_ERR_INVALID_CONFIG);
+    assert(strstr(message(b), "shedding.window_ms") != NULL);
+    assert(fairq_engine_builder_set_shedding(b, 2, 1000, 10) == FAIRQ_OK);
+    assert(fairq_engine_builder_set_shedding(NULL, 2, 1000, 10) == FAIRQ_ERR_NULL);
+    fairq_engine *e = build(b);
+    fairq_engine_builder_free(b);
+
+    const uint64_t W = 1000 * MS;
+    fairq_pool_shedding sh;
+    memset(&sh, 0xab, sizeof sh);
+    assert(fairq_pool_get_shedding(e, 0, &sh) == FAIRQ_OK);
+    assert(sh.limit == 4 && sh.shedding == 0 && sh.cuts == 0 && isnan(sh.last_error_ratio));
+    assert(fairq_pool_get_shedding(e, 2, &sh) == FAIRQ_NOT_FOUND);
+    assert(fairq_pool_get_shedding(e, 0, NULL) == FAIRQ_ERR_NULL);
+    assert(fairq_report_downstream_at(e, 2, true, T0) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_report_downstream(NULL, 0, true) == FAIRQ_ERR_NULL);
+
+    /* A window of 50 % errors (20 reports) on pool 0: judged at the next window's first
+     * report, its limit is cut from 4 to 2. Pool 1 is untouched. */
+    for (uint64_t i = 0; i < 20; i++)
+        assert(fairq_report_downstream_at(e, 0, i % 2 == 0, T0 + i) == FAIRQ_OK);
+    assert(fairq_report_downstream_at(e, 0, true, T0 + W) == FAIRQ_OK);
+    assert(fairq_pool_get_shedding(e, 0, &sh) == FAIRQ_OK);
+    assert(sh.limit == 2 && sh.shedding == 1 && sh.cuts == 1 && sh.last_error_ratio == 0.5);
+    assert(sh.reports_ok == 11 && sh.reports_error == 10);
+    assert(fairq_pool_get_shedding(e, 1, &sh) == FAIRQ_OK && sh.limit == 4 && sh.shedding == 0);
+
+    /* Its 2 permits held and a tenant blocked on it: after 300 ms without an admission, a
+     * request with a 200 ms budget is refused at once; pool 1 still queues one. */
+    uint64_t now = T0 + W;
+    fairq_grant held[2];
+    enqueue_to(e, key_of("a"), 0, now);
+    enqueue_to(e, key_of("a"), 0, now);
+    enqueue_to(e, key_of("b"), 0, now);
+    held[0] = grant(e, now);
+    held[1] = grant(e, now);
+    fairq_grant g;
+    assert(fairq_next_grant_at(e, now, &g) == FAIRQ_EMPTY);
+    fairq_request r = request(key_of("c"), 7);
+    r.timeout_ns = 200 * MS;
+    fairq_enqueue_result res;
+    now += 300 * MS;
+    assert(fairq_enqueue_downstream_at(e, &r, 0, now, &res) == FAIRQ_REFUSED);
+    assert(res.reason == FAIRQ_REASON_DOWNSTREAM_SHEDDING && res.ticket == 0 && res.position == 0);
+    assert(strcmp(fairq_reason_str(res.reason), "downstream_shedding") == 0);
+    assert(fairq_enqueue_downstream_at(e, &r, 1, now, &res) == FAIRQ_QUEUED);
+    fairq_stats st;
+    assert(fairq_get_stats(e, &st) == FAIRQ_OK);
+    assert(st.refused[FAIRQ_REASON_DOWNSTREAM_SHEDDING] == 1);
+
+    size_t needed = 0;
+    fairq_metrics_prometheus(e, NULL, 0, &needed);
+    char *text = malloc(needed + 1024);
+    assert(text && fairq_metrics_prometheus(e, text, needed + 1024, &needed) == FAIRQ_OK);
+    assert(strstr(text, "rate_limit_fair_queue_downstream_shedding{tenant_dimension=\"user\","
+                        "downstream=\"0\"} 1\n") != NULL);
+    assert(strstr(text, "rate_limit_fair_queue_downstream_limit{tenant_dimension=\"user\","
+                        "downstream=\"0\"} 2\n") != NULL);
+    assert(strstr(text, "reason=\"downstream_shedding\"} 1\n") != NULL);
+    free(text);
+    for (int i = 0; i < 2; i++) complete(e, held[i].ticket, now);
+    while (fairq_next_grant_at(e, now, &g) == FAIRQ_OK) complete(e, g.ticket, now);
+    assert_conserved(e);
+    fairq_engine_free(e);
+}
+
 /* ------------------------------------------------------------------ indicators */
 
 static void test_indicator_top_k_and_fairness(void) {
@@ -589,6 +668,7 @@ int main(void) {
     RUN(test_wait_boost_starts_on_tick);
     RUN(test_feedback_nudges_weights_within_floor_and_ceiling);
     RUN(test_pools_keep_other_downstreams_flowing);
+    RUN(test_shedding_cuts_a_failing_pool_and_refuses_what_it_cannot_serve);
     RUN(test_indicator_top_k_and_fairness);
     printf("c_controls: %d passed, 0 failed\n", passed);
     return 0;

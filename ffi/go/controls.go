@@ -66,10 +66,25 @@ type Controls struct {
 	// Pools are the bulkhead pools' bounds (each 1..=MaxInFlight): pool i takes the requests
 	// whose Downstream is i.
 	Pools []uint32
+	// Shedding turns load shedding on for the pools (fed by ReportDownstream).
+	Shedding *Shedding
 	// IndicatorTopK (0..=1000) is how many tenants get their own indicator series in the
 	// Prometheus text; nil keeps the default, 20.
 	IndicatorTopK *uint32
 }
+
+// Shedding: a pool whose error rate over a window of WindowMs (100..=3600000) passes
+// ErrorPercent (1..=100), with at least MinRequests (1..=1000000) reports, has its in-flight
+// limit cut in half (never below 1); calm windows grow it back by an eighth of its bound. While
+// cut, a request it cannot serve in budget is refused with ReasonDownstreamShedding.
+type Shedding struct {
+	ErrorPercent uint32
+	WindowMs     uint64
+	MinRequests  uint32
+}
+
+// DefaultShedding is 2 % errors over 5 s windows, with at least 20 reports.
+func DefaultShedding() Shedding { return Shedding{2, 5000, 20} }
 
 // builderError is the builder's message for a rejected setter.
 func builderError(b *C.fairq_engine_builder, s C.int32_t) error {
@@ -126,6 +141,12 @@ func NewWithControls(c Config, ctl Controls) (*Engine, error) {
 	}
 	for _, max := range ctl.Pools {
 		if err := set(C.fairq_engine_builder_add_pool(b, C.uint32_t(max), nil)); err != nil {
+			return nil, err
+		}
+	}
+	if sh := ctl.Shedding; sh != nil {
+		if err := set(C.fairq_engine_builder_set_shedding(b, C.uint32_t(sh.ErrorPercent),
+			C.uint64_t(sh.WindowMs), C.uint32_t(sh.MinRequests))); err != nil {
 			return nil, err
 		}
 	}
@@ -368,4 +389,45 @@ func (e *Engine) PoolStats(downstream uint32) (PoolStats, bool, error) {
 	}
 	return PoolStats{uint64(c.in_flight), uint64(c.blocked_tenants), uint64(c.blocks),
 		uint32(c.max_in_flight)}, true, nil
+}
+
+// ReportDownstream reports whether a call to pool downstream succeeded (for HTTP: status under
+// 500), for load shedding; a no-op while it is off.
+func (e *Engine) ReportDownstream(downstream uint32, ok bool) error {
+	_, err := e.call(func(p *C.fairq_engine) C.int32_t {
+		return C.fairq_report_downstream(p, C.uint32_t(downstream), C.bool(ok))
+	})
+	return err
+}
+
+// ReportDownstreamAt is ReportDownstream at monotonic time nowNs.
+func (e *Engine) ReportDownstreamAt(downstream uint32, ok bool, nowNs uint64) error {
+	_, err := e.call(func(p *C.fairq_engine) C.int32_t {
+		return C.fairq_report_downstream_at(p, C.uint32_t(downstream), C.bool(ok), C.uint64_t(nowNs))
+	})
+	return err
+}
+
+// PoolShedding is one pool's load-shedding stage. LastErrorRatio is NaN before the first
+// judged window.
+type PoolShedding struct {
+	Limit          uint32
+	Shedding       bool
+	LastErrorRatio float64
+	Cuts           uint64
+	ReportsOK      uint64
+	ReportsError   uint64
+}
+
+// PoolShedding reads pool downstream's shedding stage; ok is false when there is no such pool.
+func (e *Engine) PoolShedding(downstream uint32) (PoolShedding, bool, error) {
+	var c C.fairq_pool_shedding
+	s, err := e.call(func(p *C.fairq_engine) C.int32_t {
+		return C.fairq_pool_get_shedding(p, C.uint32_t(downstream), &c)
+	})
+	if err != nil || s != StatusOK {
+		return PoolShedding{}, false, err
+	}
+	return PoolShedding{uint32(c.limit), c.shedding != 0, float64(c.last_error_ratio), uint64(c.cuts),
+		uint64(c.reports_ok), uint64(c.reports_error)}, true, nil
 }

@@ -343,3 +343,52 @@ func TestExpireIndicatorsFairnessAndTopK(t *testing.T) {
 		t.Fatalf("stats: %+v", s)
 	}
 }
+
+func TestSheddingCutsAFailingPoolAndRefusesWhatItCannotServe(t *testing.T) {
+	sh := DefaultShedding()
+	if _, err := NewWithControls(DefaultConfig().WithEnabled(true), Controls{Shedding: &sh}); !errors.Is(err, ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "shedding") {
+		t.Fatalf("shedding without pools: %v", err)
+	}
+	sh = Shedding{2, 1000, 10}
+	e := newControlled(t, func(c *Config) { c.MaxInFlight = 8 }, Controls{Pools: []uint32{4, 4}, Shedding: &sh})
+	if ps, ok, err := e.PoolShedding(0); err != nil || !ok || ps.Limit != 4 || ps.Shedding || !math.IsNaN(ps.LastErrorRatio) {
+		t.Fatalf("before: %+v %v %v", ps, ok, err)
+	}
+	w := 1000 * ms
+	for i := uint64(0); i < 20; i++ {
+		if err := e.ReportDownstreamAt(0, i%2 == 0, t0+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.ReportDownstreamAt(0, true, t0+w); err != nil { // judges the window: 50 %
+		t.Fatal(err)
+	}
+	if ps, _, _ := e.PoolShedding(0); ps != (PoolShedding{2, true, 0.5, 1, 11, 10}) {
+		t.Fatalf("after a failing window: %+v", ps)
+	}
+	if err := e.ReportDownstream(9, true); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("pool 9: %v", err)
+	}
+	now := t0 + w
+	a, b, c := mustKey(t, "a"), mustKey(t, "b"), mustKey(t, "c")
+	for _, k := range []uint64{a, a, b} {
+		enqueueAt(t, e, Request{TenantKey: k}, now)
+	}
+	held := []Grant{grantAt(t, e, now), grantAt(t, e, now)}
+	if _, ok, _ := e.NextGrantAt(now); ok {
+		t.Fatal("b must block on the cut pool")
+	}
+	now += 300 * ms
+	r, err := e.EnqueueAt(Request{TenantKey: c, TimeoutNs: 200 * ms}, now)
+	if err != nil || r.Queued || r.Reason != ReasonDownstreamShedding || r.Reason.String() != "downstream_shedding" {
+		t.Fatalf("refused at once: %+v %v", r, err)
+	}
+	enqueueAt(t, e, Request{TenantKey: c, TimeoutNs: 200 * ms, Downstream: 1}, now)
+	if s, _ := e.Stats(); s.Refused[ReasonDownstreamShedding] != 1 {
+		t.Fatalf("stats: %+v", s)
+	}
+	for _, g := range held {
+		completeAt(t, e, g.Ticket, now)
+	}
+}

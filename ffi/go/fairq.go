@@ -88,6 +88,9 @@ const (
 	ReasonNoTenant          Reason = C.FAIRQ_REASON_NO_TENANT
 	ReasonDisabled          Reason = C.FAIRQ_REASON_DISABLED
 	ReasonCancelled         Reason = C.FAIRQ_REASON_CANCELLED
+	// ReasonDownstreamShedding: the request's bulkhead pool sheds load and cannot serve it in
+	// its budget.
+	ReasonDownstreamShedding Reason = C.FAIRQ_REASON_DOWNSTREAM_SHEDDING
 	// ReasonSlots is the length of Stats.Refused, indexed by reason.
 	ReasonSlots = C.FAIRQ_REASON_SLOTS
 )

@@ -25,10 +25,12 @@
  * pointers handed to the engine as user_data are only ever read back on that thread, and every
  * ctx cancels or completes its ticket before its pool goes away.
  *
- * Controls (fairq_tier, fairq_starvation_guard, fairq_wait_boost, fairq_feedback, fairq_pool)
- * go on a fairq_engine_builder (nginx -t builds one to check them); each worker builds its
- * engine from it. fairq_tenant_tier and fairq_downstream are evaluated per request. With a wait
- * boost or a feedback controller, a per-worker timer calls fairq_tick every second.
+ * Controls (fairq_tier, fairq_starvation_guard, fairq_wait_boost, fairq_feedback, fairq_pool,
+ * fairq_shed) go on a fairq_engine_builder (nginx -t builds one to check them); each worker
+ * builds its engine from it. fairq_tenant_tier and fairq_downstream are evaluated per request.
+ * With a wait boost or a feedback controller, a per-worker timer calls fairq_tick every second.
+ * With fairq_shed, the cleanup of a request that ran reports its response status to its pool
+ * (fairq_report_downstream: an error from 500 up) before it completes the ticket.
  *
  * Fleet mode (fairq_fleet_redis; compiled with -DFAIRQ_FLEET against a fleet build of the
  * library): each worker is one replica, <hostname>:<pid>, whose library-owned thread syncs
@@ -90,6 +92,8 @@ typedef struct {
     ngx_msec_t                  feedback_period;    /* 0: no feedback controller */
     ngx_uint_t                  feedback_floor;
     ngx_uint_t                  feedback_ceiling;
+    ngx_uint_t                  shed_percent;       /* 0: no load shedding */
+    ngx_msec_t                  shed_window;
     fairq_config                config;
     ngx_str_t                   fleet_redis;        /* NUL-terminated; empty: fleet off */
     ngx_str_t                   fleet_name;         /* NUL-terminated */
@@ -158,6 +162,7 @@ static ngx_http_fairq_worker_t  ngx_http_fairq_worker;
 static ngx_int_t ngx_http_fairq_handler(ngx_http_request_t *r);
 static void ngx_http_fairq_event_handler(ngx_event_t *ev);
 static void ngx_http_fairq_cleanup(void *data);
+static void ngx_http_fairq_report(ngx_http_fairq_ctx_t *ctx);
 static void ngx_http_fairq_pump(void);
 static void ngx_http_fairq_wakeup_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_fairq_send_refusal(ngx_http_request_t *r,
@@ -189,6 +194,8 @@ static char *ngx_http_fairq_starvation_guard(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_fairq_wait_boost(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_feedback(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_shed(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -352,6 +359,13 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
     { ngx_string("fairq_feedback"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3,
       ngx_http_fairq_feedback,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_shed"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_fairq_shed,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -808,6 +822,41 @@ ngx_http_fairq_event_handler(ngx_event_t *ev)
 }
 
 
+/*
+ * fairq_shed: tells the request's pool how its downstream answered. The request's memory is
+ * still there while its pool's cleanups run. A status from 500 up (the upstream's, or nginx's
+ * own 502/504 when it failed) is an error; a request that never got a status, or whose client
+ * went away first (499), says nothing about the downstream and is not reported.
+ */
+static void
+ngx_http_fairq_report(ngx_http_fairq_ctx_t *ctx)
+{
+    int32_t                      rc;
+    ngx_uint_t                   status;
+    ngx_http_request_t          *r;
+    ngx_http_fairq_main_conf_t  *fmcf;
+
+    r = ctx->request;
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_fairq_module);
+
+    if (fmcf->shed_percent == 0 || fmcf->pools == NULL) {
+        return;
+    }
+
+    status = r->headers_out.status;
+    if (status < 100 || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
+        return;
+    }
+
+    rc = fairq_report_downstream(ngx_http_fairq_worker.engine, ctx->downstream,
+                                 status < NGX_HTTP_INTERNAL_SERVER_ERROR);
+    if (rc != FAIRQ_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0, "fairq_report_downstream: %s",
+                      fairq_status_str(rc));
+    }
+}
+
+
 /* The request's pool goes away: give back what its ctx holds, then hand out freed permits. */
 static void
 ngx_http_fairq_cleanup(void *data)
@@ -838,6 +887,7 @@ ngx_http_fairq_cleanup(void *data)
         break;
 
     case NGX_HTTP_FAIRQ_RUNNING:
+        ngx_http_fairq_report(ctx);
         rc = fairq_complete(ngx_http_fairq_worker.engine, ctx->ticket,
                             FAIRQ_OUTCOME_ADMITTED, 0, NULL);
         break;
@@ -1304,7 +1354,7 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             ngx_http_fairq_worker.admitted_at_once,
             ngx_http_fairq_worker.admitted_after_wait);
 
-    for (reason = 1; reason <= FAIRQ_REASON_CANCELLED; reason++) {
+    for (reason = 1; reason <= FAIRQ_REASON_DOWNSTREAM_SHEDDING; reason++) {
         p = ngx_slprintf(p, end, "fairq_nginx_refused_total{reason=\"%s\"} %uL\n",
                          fairq_reason_str(reason),
                          ngx_http_fairq_worker.refused[reason]);
@@ -1442,6 +1492,8 @@ ngx_http_fairq_create_main_conf(ngx_conf_t *cf)
     fmcf->feedback_period = NGX_CONF_UNSET_MSEC;
     fmcf->feedback_floor = NGX_CONF_UNSET_UINT;
     fmcf->feedback_ceiling = NGX_CONF_UNSET_UINT;
+    fmcf->shed_percent = NGX_CONF_UNSET_UINT;
+    fmcf->shed_window = NGX_CONF_UNSET_MSEC;
 
     return fmcf;
 }
@@ -1471,6 +1523,8 @@ ngx_http_fairq_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(fmcf->feedback_period, 0);
     ngx_conf_init_uint_value(fmcf->feedback_floor, 0);
     ngx_conf_init_uint_value(fmcf->feedback_ceiling, 0);
+    ngx_conf_init_uint_value(fmcf->shed_percent, 0);
+    ngx_conf_init_msec_value(fmcf->shed_window, 0);
 
     if (fmcf->fleet_name.data == NULL) {
         ngx_str_set(&fmcf->fleet_name, "nginx");     /* a literal: NUL-terminated */
@@ -1907,6 +1961,37 @@ ngx_http_fairq_feedback(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* fairq_shed ERROR_PERCENT WINDOW: WINDOW in ms or a time ("5s"). */
+static char *
+ngx_http_fairq_shed(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   pct, window;
+    ngx_str_t  *value;
+
+    if (fmcf->shed_percent != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    pct = ngx_http_fairq_parse_percent(&value[1]);
+    window = ngx_http_fairq_parse_ms(&value[2]);
+
+    if (pct == NGX_ERROR || pct < 1 || window == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid fairq_shed \"%V %V\" (an error percent, at least 1; a "
+                           "window: ms, or \"5s\")", &value[1], &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->shed_percent = (ngx_uint_t) pct;
+    fmcf->shed_window = (ngx_msec_t) window;
+
+    return NGX_CONF_OK;
+}
+
+
 /*
  * The engine builder of the configuration: fairq_config plus every control. A rejected one
  * leaves "directive: the library's message (field, range)" in msg.
@@ -1975,6 +2060,17 @@ ngx_http_fairq_builder(ngx_http_fairq_main_conf_t *fmcf, fairq_engine_builder **
     for (i = 0; fmcf->pools && i < fmcf->pools->nelts; i++) {
         rc = fairq_engine_builder_add_pool(b, (uint32_t) ngx_min(t[i].value, 0xffffffff),
                                            NULL);
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_shed";
+    if (fmcf->shed_percent) {
+        /* min_requests 0: the library's default (20 reports in a window) */
+        rc = fairq_engine_builder_set_shedding(b, (uint32_t) ngx_min(fmcf->shed_percent,
+                                                                    0xffffffff),
+                                               fmcf->shed_window, 0);
         if (rc != FAIRQ_OK) {
             goto failed;
         }

@@ -15,6 +15,9 @@ standard library only (the HTTP client and checks come from test_nginx.py):
 - fairq_feedback: the controller's period runs on the timer of each worker (2 workers);
 - fairq_pool and fairq_downstream: a stuck pool leaves the other pool's p95 within 1.5x of its
   p95 alone (and without pools, the same stuck upstream takes every permit);
+- fairq_shed: with the upstream answering 500 to 10 % of a pool's requests, the pool's limit is
+  cut, requests it cannot serve in budget get 429 downstream_shedding at once, /metrics shows
+  the stage, and calm traffic grows the limit back;
 - nginx -t names a bad value of each directive.
 
 Run: ffi/nginx/test.sh (builds the module first), or
@@ -96,14 +99,18 @@ async def get(port, path, headers=None):
         conn.close()
 
 
-async def loop(port, path, headers, conns, until, out):
-    """`conns` keep-alive connections sending requests back to back until `until`."""
+async def loop(port, path, headers, conns, until, out, pause_after_429=0.0):
+    """`conns` keep-alive connections sending requests back to back until `until` (pausing
+    `pause_after_429` s after a 429, as a client honouring it a little would)."""
 
     async def worker():
         conn = Conn(port)
         try:
             while time.monotonic() < until:
-                out.append(await conn.request(path, headers))
+                r = await conn.request(path, headers)
+                out.append(r)
+                if r.status == 429 and pause_after_429:
+                    await asyncio.sleep(pause_after_429)
         finally:
             conn.close()
 
@@ -191,6 +198,13 @@ http {{
             set $pool slow;
             fairq_downstream $pool;
             proxy_pass http://slow;
+        }}
+        location /flaky/ {{
+            fairq on;
+            set $pool flaky;
+            fairq_downstream $pool;
+            fairq_max_wait 300ms;
+            proxy_pass http://fast;
         }}
         location /plain/ {{
             # No fairq_downstream: the "default" pool, as large as fairq_max_in_flight.
@@ -407,6 +421,10 @@ def nginx_t_refuses(args, prefix, ports):
         ("fairq_pool slow 9;", "downstream_max_in_flight"),
         ("fairq_pool slow 2;\n    fairq_pool slow 3;", "duplicate pool"),
         ("fairq_pool bad/name 2;", "invalid pool name"),
+        ("fairq_shed 2 1000;", "set downstream_max_in_flight"),
+        ("fairq_pool a 2;\n    fairq_shed 101 1000;", "shedding.error_percent"),
+        ("fairq_pool a 2;\n    fairq_shed 2 50;", "shedding.window_ms"),
+        ("fairq_pool a 2;\n    fairq_shed 0 1000;", "invalid fairq_shed"),
     ]
     for i, (lines, want) in enumerate(cases):
         t = Nginx(args, os.path.join(prefix, f"t{i}"), ports, "    " + lines + "\n").test()
@@ -419,6 +437,68 @@ def nginx_t_refuses(args, prefix, ports):
               MAIN + "    fairq_feedback 5m 50% 200%;\n").test()
     check(t.returncode == 0, "every control at once (times and percents as written): nginx -t ok"
                              + ("" if t.returncode == 0 else ": " + t.stderr.strip()))
+
+
+async def shedding(args, prefix, ports):
+    print("- fairq_pool flaky 6; fairq_shed 2 1s: the upstream answers 500 to 10 %",
+          flush=True)
+    ng = Nginx(args, os.path.join(prefix, "shed"), ports,
+               "    fairq_pool flaky 6;\n    fairq_shed 2 1s;\n")
+    t = ng.test()
+    check(t.returncode == 0, "nginx -t accepts fairq_shed"
+                             + ("" if t.returncode == 0 else ": " + t.stderr.strip()))
+    if t.returncode != 0:
+        return None
+    await ng.start()
+    labels = {"tenant_dimension": "user", "downstream": "0"}
+    try:
+        t0 = time.monotonic()
+        out, mid = [], {}
+
+        async def look():
+            await asyncio.sleep(4.0)
+            mid.update(await scrape(ng.port))
+
+        await asyncio.gather(loop(ng.port, "/flaky/?fail=10", {"X-Api-Key": "flaky-user"}, 12,
+                                  t0 + 5.0, out, pause_after_429=0.05), look())
+        statuses = collections.Counter(r.status for r in out)
+        served = statuses[200] + statuses[500]
+        shed = [r for r in out if r.status == 429
+                and r.json()["error"]["details"]["fair_queue"]["reason"] == "downstream_shedding"]
+        print(f"  5 s, 12 conns: {dict(statuses)}; shed {len(shed)}", flush=True)
+        check(served and 0.05 <= statuses[500] / served <= 0.15,
+              f"the upstream failed {statuses[500]} of {served} served")
+        limit = metric(mid, "rate_limit_fair_queue_downstream_limit", **labels)
+        stage = metric(mid, "rate_limit_fair_queue_downstream_shedding", **labels)
+        cuts = metric(mid, "rate_limit_fair_queue_downstream_shed_cuts_total", **labels)
+        ratio = metric(mid, "rate_limit_fair_queue_downstream_error_ratio", **labels)
+        check(stage == 1 and limit is not None and limit < 6 and cuts >= 1
+              and ratio is not None and 0.02 < ratio < 0.3,
+              f"/metrics after 4 s: shedding stage {stage}, limit {limit} of 6, cuts {cuts}, "
+              f"last window's error ratio {ratio}")
+        check(len(shed) > 0 and all(r.latency < 0.15 for r in shed),
+              f"429 downstream_shedding answered at once ({len(shed)}, slowest "
+              f"{max((r.latency for r in shed), default=0) * 1000:.0f} ms)")
+        await asyncio.sleep(0.5)
+        samples = await scrape(ng.port)
+        engine = metric(samples, "rate_limit_fair_queue_refused_total",
+                        tenant_dimension="user", reason="downstream_shedding")
+        module = metric(samples, "fairq_nginx_refused_total", reason="downstream_shedding")
+        check(engine == len(shed) and module == len(shed),
+              f"refused_total{{reason=downstream_shedding}} engine {engine}, module {module} == "
+              f"clients' {len(shed)}")
+        # Calm traffic: one step (6 / 8, at least 1) a window, back to 6 in 5 windows.
+        calm = []
+        await loop(ng.port, "/flaky/", {"X-Api-Key": "calm-user"}, 4, time.monotonic() + 8.0,
+                   calm)
+        samples = await scrape(ng.port)
+        limit = metric(samples, "rate_limit_fair_queue_downstream_limit", **labels)
+        stage = metric(samples, "rate_limit_fair_queue_downstream_shedding", **labels)
+        check(limit == 6 and stage == 0 and all(r.status == 200 for r in calm),
+              f"8 s of calm traffic: limit back to {limit} of 6, stage {stage}")
+        return statuses, len(shed)
+    finally:
+        ng.stop("shedding")
 
 
 async def ticks_in_each_worker(ng, started):
@@ -512,11 +592,14 @@ async def run(args):
         await asyncio.sleep(1.0)
 
         await boost(main.port)
+        shed = await shedding(args, prefix, ports)
         await ticks_in_each_worker(ticking, ticking_started)
 
         print(f"\nMEASURED: tiers gold:iron {ratio:.2f}; guard light share {on:.1%} (off "
               f"{off:.1%}); fast pool p95 alone {alone:.1f} ms, slow stuck {stuck:.1f} ms "
-              f"(x{stuck / alone:.2f}), without pools {nopools:.0f} ms", flush=True)
+              f"(x{stuck / alone:.2f}), without pools {nopools:.0f} ms; shedding: "
+              f"{dict(shed[0]) if shed else None}, {shed[1] if shed else 0} refused "
+              f"downstream_shedding", flush=True)
     finally:
         for ng, what in ((main, "controlled"), (control, "plain"), (ticking, "2 workers")):
             if ng is not None:

@@ -26,7 +26,8 @@ One module, no compiled parts: it loads fairq's C library with ctypes. Install i
 Every control of the C API is a keyword of ``Engine``: ``tiers={"pro": 4, "free": 1}``,
 ``starvation_guard=StarvationGuard()``, ``wait_boost=WaitBoost()``,
 ``feedback=FeedbackController()`` (``True`` takes each one's defaults), ``pools=[4, 4]`` (bulkhead
-pools; ``enqueue(..., downstream=0)``) and ``indicator_top_k=20``. ``Fleet`` runs fleet mode when
+pools; ``enqueue(..., downstream=0)``), ``shedding=Shedding()`` (load shedding on the pools, fed
+by ``report_downstream``) and ``indicator_top_k=20``. ``Fleet`` runs fleet mode when
 the library was built with it (``HAS_FLEET``).
 
 Errors raise ``FairqError`` carrying the C status code and its name (``FAIRQ_ERR_...``).
@@ -54,6 +55,7 @@ __all__ = [
     "StarvationGuard",
     "WaitBoost",
     "FeedbackController",
+    "Shedding",
     "EnqueueResult",
     "Grant",
     "Completion",
@@ -62,6 +64,7 @@ __all__ = [
     "Indicators",
     "Fairness",
     "PoolStats",
+    "PoolShedding",
     "FleetStatus",
     "HAS_FLEET",
     "tenant_key",
@@ -108,6 +111,7 @@ REASON_NOT_QUEUEABLE = 6
 REASON_NO_TENANT = 7
 REASON_DISABLED = 8
 REASON_CANCELLED = 9
+REASON_DOWNSTREAM_SHEDDING = 10
 REASON_SLOTS = 16
 
 DIM_USER = 0
@@ -282,6 +286,17 @@ class _Fairness(Structure):
     ]
 
 
+class _PoolShedding(Structure):
+    _fields_ = [
+        ("last_error_ratio", c_double),
+        ("cuts", c_uint64),
+        ("reports_ok", c_uint64),
+        ("reports_error", c_uint64),
+        ("limit", c_uint32),
+        ("shedding", c_uint32),
+    ]
+
+
 class FleetConfig(Structure):
     """``fairq_fleet_config``. Start from ``FleetConfig.default()``; ``Fleet`` takes its fields
     as keywords (strings for ``url``, ``fleet`` and ``replica``)."""
@@ -322,6 +337,7 @@ C_STRUCTS = {
     "fairq_indicators": _Indicators,
     "fairq_tick_report": _TickReport,
     "fairq_pool_stats": _PoolStats,
+    "fairq_pool_shedding": _PoolShedding,
     "fairq_fairness": _Fairness,
     "fairq_fleet_config": FleetConfig,
     "fairq_fleet_status": _FleetStatus,
@@ -448,6 +464,10 @@ for _name, _res, _args in [
      [_B, c_uint32, c_uint32, c_uint64]),
     ("fairq_engine_builder_add_pool", c_int32, [_B, c_uint32, POINTER(c_uint32)]),
     ("fairq_engine_builder_set_indicator_top_k", c_int32, [_B, c_uint32]),
+    ("fairq_engine_builder_set_shedding", c_int32, [_B, c_uint32, c_uint64, c_uint32]),
+    ("fairq_report_downstream", c_int32, [_E, c_uint32, c_bool]),
+    ("fairq_report_downstream_at", c_int32, [_E, c_uint32, c_bool, c_uint64]),
+    ("fairq_pool_get_shedding", c_int32, [_E, c_uint32, POINTER(_PoolShedding)]),
     ("fairq_engine_builder_build", c_int32, [_B, POINTER(c_void_p)]),
     ("fairq_set_tier_key", c_int32, [_E, c_uint64, c_char_p, c_size_t]),
     ("fairq_tier_weight", c_int32, [_E, c_char_p, c_size_t, POINTER(c_uint32)]),
@@ -593,6 +613,17 @@ no tenant has the indicator yet."""
 PoolStats = namedtuple("PoolStats", "in_flight blocked_tenants blocks max_in_flight")
 PoolStats.__doc__ = """One bulkhead pool's gauges and counter."""
 
+PoolShedding = namedtuple("PoolShedding",
+                          "limit shedding last_error_ratio cuts reports_ok reports_error")
+PoolShedding.__doc__ = """One bulkhead pool's load-shedding stage: the in-flight limit in
+force, whether it is cut, the last judged window's error ratio (None before the first)."""
+
+Shedding = namedtuple("Shedding", "error_percent window_ms min_requests",
+                      defaults=(2, 5000, 20))
+Shedding.__doc__ = """Load shedding on the bulkhead pools: a pool over ``error_percent``
+(1..=100) errors in a window of ``window_ms`` (100..=3600000), with at least ``min_requests``
+reports, has its in-flight limit cut in half; calm windows grow it back."""
+
 FleetStatus = namedtuple(
     "FleetStatus",
     "last_sync_ns pipelines syncs tenants_tracked consecutive_failures has_synced degraded "
@@ -649,7 +680,7 @@ class Engine:
     explicitly; without it the library's clock is read."""
 
     def __init__(self, config=None, *, tiers=None, starvation_guard=None, wait_boost=None,
-                 feedback=None, pools=None, indicator_top_k=None, **fields):
+                 feedback=None, pools=None, shedding=None, indicator_top_k=None, **fields):
         if config is None:
             config = Config.default()
         for name, value in fields.items():
@@ -663,7 +694,7 @@ class Engine:
                message.value.decode(errors="replace"))
         try:
             self._apply_controls(builder, tiers, starvation_guard, wait_boost, feedback, pools,
-                                 indicator_top_k)
+                                 shedding, indicator_top_k)
             handle = c_void_p()
             _check(_lib.fairq_engine_builder_build(builder, byref(handle)))
         finally:
@@ -672,7 +703,7 @@ class Engine:
         self.pools = len(pools or ())
 
     @staticmethod
-    def _apply_controls(builder, tiers, guard, boost, feedback, pools, top_k):
+    def _apply_controls(builder, tiers, guard, boost, feedback, pools, shedding, top_k):
         """Each control through its builder setter; a rejected one raises with the message
         naming the field and its range."""
         def setter(status):
@@ -698,6 +729,9 @@ class Engine:
                 builder, f.low_ratio_percent, f.high_ratio_percent, f.min_expected_cost))
         for max_in_flight in pools or ():
             setter(_lib.fairq_engine_builder_add_pool(builder, max_in_flight, None))
+        if shedding:
+            s = Shedding() if shedding is True else Shedding(*shedding)
+            setter(_lib.fairq_engine_builder_set_shedding(builder, *s))
         if top_k is not None:
             setter(_lib.fairq_engine_builder_set_indicator_top_k(builder, top_k))
 
@@ -882,7 +916,7 @@ class Engine:
         stats = {name: getattr(out, name) for name, _ in _Stats._fields_ if name != "refused"}
         stats["refused"] = {
             reason_name(code): out.refused[code]
-            for code in range(REASON_QUEUE_FULL, REASON_CANCELLED + 1)
+            for code in range(REASON_QUEUE_FULL, REASON_DOWNSTREAM_SHEDDING + 1)
         }
         return stats
 
@@ -925,6 +959,23 @@ class Engine:
         if status == NOT_FOUND:
             return None
         return PoolStats(out.in_flight, out.blocked_tenants, out.blocks, out.max_in_flight)
+
+    def report_downstream(self, downstream, ok, now_ns=None):
+        """Reports whether a call to pool ``downstream`` succeeded (for HTTP: status < 500),
+        for load shedding; a no-op while it is off."""
+        if now_ns is None:
+            _check(_lib.fairq_report_downstream(self._handle, downstream, bool(ok)))
+        else:
+            _check(_lib.fairq_report_downstream_at(self._handle, downstream, bool(ok), now_ns))
+
+    def pool_shedding(self, downstream):
+        """Pool ``downstream``'s ``PoolShedding``, or None when there is no such pool."""
+        out = _PoolShedding()
+        status = _check(_lib.fairq_pool_get_shedding(self._handle, downstream, byref(out)))
+        if status == NOT_FOUND:
+            return None
+        return PoolShedding(out.limit, bool(out.shedding), _nan_none(out.last_error_ratio),
+                            out.cuts, out.reports_ok, out.reports_error)
 
     def metrics(self):
         """The Prometheus text exposition."""

@@ -192,6 +192,45 @@ class Pools(unittest.TestCase):
                           'downstream="1"} 0', q.metrics())
 
 
+class LoadShedding(unittest.TestCase):
+    def test_a_failing_pool_is_cut_and_refuses_what_it_cannot_serve(self):
+        with self.assertRaises(fairq.FairqError) as err:
+            fairq.Engine(enabled=True, shedding=True)  # no pools
+        self.assertIn("shedding", str(err.exception))
+        with self.assertRaises(fairq.FairqError) as err:
+            fairq.Engine(enabled=True, pools=[4], shedding=fairq.Shedding(error_percent=101))
+        self.assertIn("shedding.error_percent", str(err.exception))
+        w = 1000 * MS
+        with fairq.Engine(enabled=True, max_in_flight=8, pools=[4, 4],
+                          shedding=fairq.Shedding(2, 1000, 10)) as q:
+            self.assertEqual(q.pool_shedding(0), (4, False, None, 0, 0, 0))
+            self.assertIsNone(q.pool_shedding(2))
+            for i in range(20):
+                q.report_downstream(0, ok=i % 2 == 0, now_ns=T0 + i)
+            q.report_downstream(0, ok=True, now_ns=T0 + w)  # judges the window: 50 % errors
+            self.assertEqual(q.pool_shedding(0), (2, True, 0.5, 1, 11, 10))
+            self.assertEqual(q.pool_shedding(1).limit, 4)
+            with self.assertRaises(fairq.FairqError) as err:
+                q.report_downstream(5, ok=True)
+            self.assertEqual(err.exception.status, fairq.ERR_INVALID_ARGUMENT)
+            now = T0 + w
+            for tenant in ("a", "a", "b"):
+                q.enqueue(tenant, downstream=0, now_ns=now)
+            held = [q.next_grant(now_ns=now), q.next_grant(now_ns=now)]
+            self.assertIsNone(q.next_grant(now_ns=now))  # b blocks on the cut pool
+            now += 300 * MS
+            r = q.enqueue("c", downstream=0, timeout_ns=200 * MS, now_ns=now)
+            self.assertEqual((r.queued, r.reason, r.reason_code),
+                             (False, "downstream_shedding", fairq.REASON_DOWNSTREAM_SHEDDING))
+            self.assertTrue(q.enqueue("c", downstream=1, timeout_ns=200 * MS, now_ns=now).queued)
+            self.assertEqual(q.stats()["refused"]["downstream_shedding"], 1)
+            self.assertIn('rate_limit_fair_queue_downstream_shedding{tenant_dimension="user",'
+                          'downstream="0"} 1', q.metrics())
+            for g in held:
+                q.complete(g.ticket, now_ns=now)
+            drain(q, now)
+
+
 class Indicators(unittest.TestCase):
     def test_expire_indicators_fairness_and_top_k(self):
         with fairq.Engine(enabled=True, max_in_flight=1, indicator_top_k=2) as q:
