@@ -45,7 +45,7 @@
  *   default (off). Requests name their bulkhead pool through fairq_enqueue_downstream, since
  *   fairq_request keeps its layout. So a program compiled against an older header keeps
  *   working, unchanged and with the same behaviour, against a newer library of the same SONAME;
- *   CI builds the 0.1.0 quick start and test suite against the 0.1.0 header
+ *   CI builds the quick start and the 0.1.0 C test suite against the 0.1.0 header
  *   (ffi/c/compat/fairq-0.1.0.h) and runs them against the current library.
  */
 
