@@ -1093,6 +1093,16 @@ int32_t fairq_engine_builder_set_shedding(struct fairq_engine_builder *builder,
                                           uint64_t window_ms,
                                           uint32_t min_requests);
 
+// Turns the fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio,
+// starvation window, and the engine-wide wait histogram) on or off. On by default; off saves a
+// few atomic writes per request, and `fairq_tenant_indicators` then answers `FAIRQ_NOT_FOUND`.
+// The wait boost and the feedback controller need them: `FAIRQ_ERR_INVALID_CONFIG` when either
+// is on.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_indicators(struct fairq_engine_builder *builder, bool on);
+
 // How many tenants get their own fairness-indicator series in the Prometheus text (the top K
 // by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
 //

@@ -68,6 +68,9 @@ type Controls struct {
 	Pools []uint32
 	// Shedding turns load shedding on for the pools (fed by ReportDownstream).
 	Shedding *Shedding
+	// Indicators turns the fairness indicators on or off (nil: on, the default). The wait
+	// boost and the feedback controller need them.
+	Indicators *bool
 	// IndicatorTopK (0..=1000) is how many tenants get their own indicator series in the
 	// Prometheus text; nil keeps the default, 20.
 	IndicatorTopK *uint32
@@ -108,6 +111,11 @@ func NewWithControls(c Config, ctl Controls) (*Engine, error) {
 			return builderError(b, s)
 		}
 		return nil
+	}
+	if on := ctl.Indicators; on != nil {
+		if err := set(C.fairq_engine_builder_set_indicators(b, C.bool(*on))); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range ctl.Tiers {
 		name := C.CString(t.Name)

@@ -194,12 +194,15 @@ func TestWaitBoostStartsOnTick(t *testing.T) {
 }
 
 func TestFeedbackNudgesWeights(t *testing.T) {
+	// a weighs 4, b 2; a guard of 50 % hands b every other grant, against its third by weight:
+	// a falls below its share, b above. One step a period, within 50..200 % of each weight.
 	fb := DefaultFeedbackController()
 	fb.PeriodMs = 60000
-	e := newControlled(t, func(c *Config) { c.MaxWeightClasses = 16 }, Controls{Feedback: &fb})
+	guard := StarvationGuard{1, 50}
+	e := newControlled(t, nil, Controls{Feedback: &fb, StarvationGuard: &guard})
 	a, b := mustKey(t, "a"), mustKey(t, "b")
-	for _, k := range []uint64{a, b} {
-		if err := e.SetWeightKey(k, 4); err != nil {
+	for k, w := range map[uint64]uint32{a: 4, b: 2} {
+		if err := e.SetWeightKey(k, w); err != nil {
 			t.Fatal(err)
 		}
 		enqueueAt(t, e, Request{TenantKey: k}, 0)
@@ -217,25 +220,31 @@ func TestFeedbackNudgesWeights(t *testing.T) {
 				indicatorsAt(t, e, b, now).EffectiveWeight})
 		}
 		g := grantAt(t, e, now)
-		cost := uint32(1)
-		if g.TenantKey == a {
-			cost = 2 // a's grants really cost 2: it falls below its share, b above
-		}
-		if _, err := e.complete(g.Ticket, true, 0, &cost, &now); err != nil {
-			t.Fatal(err)
-		}
+		completeAt(t, e, g.Ticket, now)
 		enqueueAt(t, e, Request{TenantKey: g.TenantKey}, now)
 	}
-	if n := len(history); n < 11 || n > 12 || history[0] != [2]uint32{5, 3} {
-		t.Fatalf("runs and first nudge: %v", history)
+	if n := len(history); n < 11 || n > 12 || history[0] != [2]uint32{5, 1} || history[n-1] != [2]uint32{7, 1} {
+		t.Fatalf("runs, first and last nudge: %v", history)
 	}
 	for _, h := range history {
-		if h[0] < 2 || h[0] > 8 || h[1] < 2 || h[1] > 8 {
+		if h[0] < 2 || h[0] > 8 || h[1] < 1 || h[1] > 4 {
 			t.Fatalf("outside floor and ceiling: %v", history)
 		}
 	}
-	if last := history[len(history)-1]; last[0] <= last[1] {
-		t.Fatalf("a not above b: %v", history)
+}
+
+func TestIndicatorsSwitch(t *testing.T) {
+	off := false
+	e := newControlled(t, nil, Controls{Indicators: &off})
+	k := mustKey(t, "a")
+	enqueueAt(t, e, Request{TenantKey: k}, t0)
+	if _, ok, err := e.TenantIndicatorsAt(k, t0); ok || err != nil {
+		t.Fatalf("indicators off: %v %v", ok, err)
+	}
+	boost := DefaultWaitBoost()
+	if _, err := NewWithControls(DefaultConfig(), Controls{Indicators: &off, WaitBoost: &boost}); !errors.Is(err, ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "indicators") {
+		t.Fatalf("boost without indicators: %v", err)
 	}
 }
 

@@ -27,7 +27,8 @@ Every control of the C API is a keyword of ``Engine``: ``tiers={"pro": 4, "free"
 ``starvation_guard=StarvationGuard()``, ``wait_boost=WaitBoost()``,
 ``feedback=FeedbackController()`` (``True`` takes each one's defaults), ``pools=[4, 4]`` (bulkhead
 pools; ``enqueue(..., downstream=0)``), ``shedding=Shedding()`` (load shedding on the pools, fed
-by ``report_downstream``) and ``indicator_top_k=20``. ``Fleet`` runs fleet mode when
+by ``report_downstream``), ``indicators=False`` (the fairness indicators, on by default) and
+``indicator_top_k=20``. ``Fleet`` runs fleet mode when
 the library was built with it (``HAS_FLEET``).
 
 Errors raise ``FairqError`` carrying the C status code and its name (``FAIRQ_ERR_...``).
@@ -464,6 +465,7 @@ for _name, _res, _args in [
      [_B, c_uint32, c_uint32, c_uint64]),
     ("fairq_engine_builder_add_pool", c_int32, [_B, c_uint32, POINTER(c_uint32)]),
     ("fairq_engine_builder_set_indicator_top_k", c_int32, [_B, c_uint32]),
+    ("fairq_engine_builder_set_indicators", c_int32, [_B, c_bool]),
     ("fairq_engine_builder_set_shedding", c_int32, [_B, c_uint32, c_uint64, c_uint32]),
     ("fairq_report_downstream", c_int32, [_E, c_uint32, c_bool]),
     ("fairq_report_downstream_at", c_int32, [_E, c_uint32, c_bool, c_uint64]),
@@ -680,7 +682,8 @@ class Engine:
     explicitly; without it the library's clock is read."""
 
     def __init__(self, config=None, *, tiers=None, starvation_guard=None, wait_boost=None,
-                 feedback=None, pools=None, shedding=None, indicator_top_k=None, **fields):
+                 feedback=None, pools=None, shedding=None, indicators=None,
+                 indicator_top_k=None, **fields):
         if config is None:
             config = Config.default()
         for name, value in fields.items():
@@ -694,7 +697,7 @@ class Engine:
                message.value.decode(errors="replace"))
         try:
             self._apply_controls(builder, tiers, starvation_guard, wait_boost, feedback, pools,
-                                 shedding, indicator_top_k)
+                                 shedding, indicators, indicator_top_k)
             handle = c_void_p()
             _check(_lib.fairq_engine_builder_build(builder, byref(handle)))
         finally:
@@ -703,7 +706,8 @@ class Engine:
         self.pools = len(pools or ())
 
     @staticmethod
-    def _apply_controls(builder, tiers, guard, boost, feedback, pools, shedding, top_k):
+    def _apply_controls(builder, tiers, guard, boost, feedback, pools, shedding, indicators,
+                        top_k):
         """Each control through its builder setter; a rejected one raises with the message
         naming the field and its range."""
         def setter(status):
@@ -712,6 +716,8 @@ class Engine:
                 _lib.fairq_engine_builder_message(builder, buf, len(buf), None)
                 raise FairqError(status, buf.value.decode(errors="replace"))
 
+        if indicators is not None:  # first: the boost and the controller need them on
+            setter(_lib.fairq_engine_builder_set_indicators(builder, bool(indicators)))
         for name, weight in (tiers or {}).items():
             data = _text(name)
             setter(_lib.fairq_engine_builder_add_tier(builder, data, len(data), weight))

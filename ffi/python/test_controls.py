@@ -137,13 +137,15 @@ class Policies(unittest.TestCase):
             q.complete(g.ticket, now_ns=T0 + 2 * S)
 
     def test_feedback_nudges_weights(self):
-        with fairq.Engine(enabled=True, max_wait_ms=86400000, max_weight_classes=16,
+        # a weighs 4, b 2; a guard of 50 % hands b every other grant, against its third by
+        # weight: a falls below its share, b above. One step a period, within 50..200 %.
+        with fairq.Engine(enabled=True, max_wait_ms=86400000,
+                          starvation_guard=fairq.StarvationGuard(1, 50),
                           feedback=fairq.FeedbackController(period_ms=60000)) as q:
-            for t in ("a", "b"):
-                q.set_weight(t, 4)
+            for t, w in (("a", 4), ("b", 2)):
+                q.set_weight(t, w)
                 q.enqueue(t, now_ns=0)
                 q.enqueue(t, now_ns=0)
-            a = fairq.tenant_key("a")
             history, runs = [], 0
             for step in range(1, 12 * 600 + 1):
                 now = step * 100 * MS
@@ -152,14 +154,22 @@ class Policies(unittest.TestCase):
                     history.append((q.indicators("a", now_ns=now).effective_weight,
                                     q.indicators("b", now_ns=now).effective_weight))
                 g = q.next_grant(now_ns=now)
-                # a's grants really cost 2 units: it falls below its share, b above.
-                q.complete(g.ticket, actual_cost=2 if g.tenant_key == a else 1, now_ns=now)
+                q.complete(g.ticket, now_ns=now)
                 q.enqueue(g.tenant_key, now_ns=now)
             self.assertIn(runs, (11, 12))
-            self.assertEqual(history[0], (5, 3))
-            self.assertTrue(all(2 <= x <= 8 and 2 <= y <= 8 for x, y in history), history)
-            self.assertGreater(history[-1][0], history[-1][1])
+            self.assertEqual(history[0], (5, 1))
+            self.assertTrue(all(2 <= x <= 8 and 1 <= y <= 4 for x, y in history), history)
+            self.assertEqual(history[-1], (7, 1))
             self.assertEqual(q.indicators("a", now_ns=0).weight, 4)
+
+    def test_indicators_switch(self):
+        with fairq.Engine(enabled=True, indicators=False) as q:
+            q.enqueue("a", now_ns=T0)
+            self.assertIsNone(q.indicators("a", now_ns=T0))
+            self.assertNotIn("wait_seconds", q.metrics())
+        with self.assertRaises(fairq.FairqError) as err:
+            fairq.Engine(enabled=True, indicators=False, wait_boost=True)
+        self.assertIn("indicators", str(err.exception))
 
 
 class Pools(unittest.TestCase):

@@ -433,6 +433,29 @@ pub unsafe extern "C" fn fairq_engine_builder_set_shedding(
     })
 }
 
+/// Turns the fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio,
+/// starvation window, and the engine-wide wait histogram) on or off. On by default; off saves a
+/// few atomic writes per request, and `fairq_tenant_indicators` then answers `FAIRQ_NOT_FOUND`.
+/// The wait boost and the feedback controller need them: `FAIRQ_ERR_INVALID_CONFIG` when either
+/// is on.
+///
+/// # Safety
+/// `builder` must be NULL or a live builder.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_engine_builder_set_indicators(
+    builder: *mut fairq_engine_builder,
+    on: bool,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live builder, by contract.
+        let builder = unsafe { builder_mut(builder) }?;
+        builder.update(|c| {
+            c.indicators = on;
+            Ok(())
+        })
+    })
+}
+
 /// How many tenants get their own fairness-indicator series in the Prometheus text (the top K
 /// by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
 ///
