@@ -3,8 +3,8 @@
  *
  * Conventions
  * - Status: every function returns an int32_t status, except the *_str functions, fairq_version,
- *   fairq_now_ns, fairq_config_default, fairq_engine_free, fairq_fleet_config_default and
- *   fairq_fleet_free. FAIRQ_OK is 0, errors (FAIRQ_ERR_*) are negative, other outcomes
+ *   fairq_now_ns, fairq_config_default, fairq_engine_free, fairq_engine_builder_free,
+ *   fairq_fleet_config_default and fairq_fleet_free. FAIRQ_OK is 0, errors (FAIRQ_ERR_*) are negative, other outcomes
  *   (FAIRQ_QUEUED, FAIRQ_EMPTY, ...) are positive.
  *   Numbers never change meaning; fairq_status_str names them.
  * - Pointers: every pointer argument of every function is checked the same way, before
@@ -61,6 +61,15 @@
  *   A change that cannot keep this takes a new SONAME and a new FAIRQ_VERSION_MAJOR.
  *   A program needs a library at least as new as the header it was compiled with: compare
  *   fairq_version() with FAIRQ_VERSION_MAJOR/MINOR/PATCH at start-up.
+ *   Controls that fairq_config has no field for (weight tiers, the starvation guard, the wait
+ *   boost, the feedback controller, bulkhead pools, the indicators' top K, and those added
+ *   later) are set on a fairq_engine_builder, one setter function per control: a new control
+ *   is a new setter, never a new field, and a program that does not call it gets the control's
+ *   default (off). Requests name their bulkhead pool through fairq_enqueue_downstream, since
+ *   fairq_request keeps its layout. So a program compiled against an older header keeps
+ *   working, unchanged and with the same behaviour, against a newer library of the same SONAME;
+ *   CI builds the quick start and the 0.1.0 C test suite against the 0.1.0 header
+ *   (ffi/c/compat/fairq-0.1.0.h) and runs them against the current library.
  */
 
 #ifndef FAIRQ_H
@@ -176,6 +185,10 @@
 // The caller cancelled the request.
 #define FAIRQ_REASON_CANCELLED 9
 
+// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold) and
+// cannot serve it within its budget.
+#define FAIRQ_REASON_DOWNSTREAM_SHEDDING 10
+
 // Length of `fairq_stats.refused`, indexed by reason code (room for reasons added later).
 #define FAIRQ_REASON_SLOTS 16
 
@@ -220,6 +233,12 @@
 
 // An engine. Opaque: made by `fairq_engine_new`, released by `fairq_engine_free`.
 typedef struct fairq_engine fairq_engine;
+
+// Builds engines with every control (tiers, starvation guard, wait boost, feedback controller,
+// bulkhead pools, indicator top K). Opaque: made by `fairq_engine_builder_new`, released by
+// `fairq_engine_builder_free`. Not for concurrent use: calls on one builder must not overlap
+// (the engines it builds are, as always, shared freely).
+typedef struct fairq_engine_builder fairq_engine_builder;
 
 #if defined(FAIRQ_FLEET)
 // A fleet member (feature `fleet`; declared when `FAIRQ_FLEET` is defined). Opaque: made by
@@ -498,6 +517,64 @@ typedef struct fairq_tick_report {
     // Effective weights lowered by 1.
     uint32_t weights_lowered;
 } fairq_tick_report;
+
+// One bulkhead pool's gauges and counter (`fairq_pool_get_stats`).
+typedef struct fairq_pool_stats {
+    // Grants of this pool out now.
+    uint64_t in_flight;
+    // Tenants whose head request waits for a permit of this pool now.
+    uint64_t blocked_tenants;
+    // Times a tenant blocked on this pool (counter).
+    uint64_t blocks;
+    // The pool's configured bound.
+    uint32_t max_in_flight;
+} fairq_pool_stats;
+
+// One bulkhead pool's load-shedding stage (`fairq_pool_get_shedding`).
+typedef struct fairq_pool_shedding {
+    // Error ratio of the pool's last judged window; NaN before the first.
+    double last_error_ratio;
+    // Times the limit was cut.
+    uint64_t cuts;
+    // Calls reported ok (`fairq_report_downstream`).
+    uint64_t reports_ok;
+    // Calls reported failed.
+    uint64_t reports_error;
+    // The in-flight limit in force: the pool's bound, unless shedding cut it.
+    uint32_t limit;
+    // 1 while the pool sheds (its limit is under its bound).
+    uint32_t shedding;
+} fairq_pool_shedding;
+
+// Fairness indicators over every tenant holding a slot (`fairq_fairness_get`): the smallest
+// and largest value of each. A min/max that no tenant has yet (no tenant expected a cost unit,
+// waited, or sent a request) is NaN. The usual alerts read straight off it:
+// `fair_share_ratio_min < 0.7`, `starvation_current_max_s > 30`, `refusal_rate_max -
+// refusal_rate_min > 0.15`.
+typedef struct fairq_fairness {
+    // Tenants holding a slot (active, or idle and not reused yet).
+    uint64_t tenants;
+    // Over tenants with at least one expected cost unit.
+    double fair_share_ratio_min;
+    // Over tenants with at least one expected cost unit.
+    double fair_share_ratio_max;
+    // Wait p95 in seconds, over tenants with at least one wait.
+    double wait_p95_min_s;
+    // Wait p95 in seconds, over tenants with at least one wait.
+    double wait_p95_max_s;
+    // Over tenants with at least one request.
+    double refusal_rate_min;
+    // Over tenants with at least one request.
+    double refusal_rate_max;
+    // Open starvation window in seconds (0 when not ready).
+    double starvation_current_min_s;
+    // Open starvation window in seconds (0 when not ready).
+    double starvation_current_max_s;
+    // Longest starvation window so far, in seconds.
+    double starvation_longest_min_s;
+    // Longest starvation window so far, in seconds.
+    double starvation_longest_max_s;
+} fairq_fairness;
 
 #ifdef __cplusplus
 extern "C" {
@@ -990,6 +1067,295 @@ int32_t fairq_tick(const struct fairq_engine *engine, struct fairq_tick_report *
 int32_t fairq_tick_at(const struct fairq_engine *engine,
                       uint64_t now_ns,
                       struct fairq_tick_report *report);
+
+// Makes a builder from `*config` (every field of `fairq_config` applies; every control it
+// lacks starts off) and writes it to `*builder_out`. `FAIRQ_ERR_INVALID_CONFIG` when a field
+// is out of range, with the message naming it copied into `buf` (truncated, NUL-terminated;
+// `buf` may be NULL or `len` 0). Release it with `fairq_engine_builder_free`.
+//
+// # Safety
+// `config` must point to an initialised `fairq_config`; `builder_out` must be valid for a
+// write of a pointer; a non-NULL `buf` must be valid for writes of `len` bytes.
+int32_t fairq_engine_builder_new(const struct fairq_config *config,
+                                 struct fairq_engine_builder **builder_out,
+                                 char *buf,
+                                 size_t len);
+
+// Releases a builder. NULL is a no-op. Engines it built are not affected.
+//
+// # Safety
+// A non-NULL `builder` must come from `fairq_engine_builder_new` and not have been freed, and
+// no other call may use it during or after this one.
+void fairq_engine_builder_free(struct fairq_engine_builder *builder);
+
+// Copies the message of the last rejected setter (the field at fault and its range) into
+// `buf` (truncated, NUL-terminated); an empty string when the last setter succeeded. `*needed`
+// (if not NULL) gets the bytes the whole message takes, its NUL included.
+//
+// # Safety
+// `builder` must be NULL or a live builder; a non-NULL `buf` must be valid for writes of `len`
+// bytes; `needed` must be NULL or writable.
+int32_t fairq_engine_builder_message(const struct fairq_engine_builder *builder,
+                                     char *buf,
+                                     size_t len,
+                                     size_t *needed);
+
+// Adds a weight tier: `name` (`name_len` bytes, ASCII letters, digits, `_` or `-`, 1..=32,
+// matched case-insensitively) weighs `weight` (1..=10000). At most 16 tiers, distinct names;
+// the tiers and `default_weight` together need at most `max_weight_classes` distinct weights
+// (their weight classes are made when the engine is built, so `fairq_set_tier` never runs out
+// of them). `FAIRQ_ERR_INVALID_CONFIG` (see `fairq_engine_builder_message`) otherwise.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `name` must be valid for reads of `name_len`
+// bytes.
+int32_t fairq_engine_builder_add_tier(struct fairq_engine_builder *builder,
+                                      const char *name,
+                                      size_t name_len,
+                                      uint32_t weight);
+
+// Turns the starvation guard on: each weight class with ready tenants gets at least the
+// larger of `min_grants_per_minute` (1..=60000) grants a minute or `min_share_percent`
+// (0..=50; 0: no share floor) % of all grants. `min_grants_per_minute` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_starvation_guard(struct fairq_engine_builder *builder,
+                                                  uint32_t min_grants_per_minute,
+                                                  uint32_t min_share_percent);
+
+// Turns the wait boost on: a tenant ready and unserved for longer than `after_ms`
+// (1000..=3600000) gets +1 weight until it is served; at most `max_boosted` (1..=65536)
+// tenants at once. Boosts start in `fairq_tick`: call it about once a second. `after_ms` 0
+// turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_wait_boost(struct fairq_engine_builder *builder,
+                                            uint64_t after_ms,
+                                            uint32_t max_boosted);
+
+// Turns the feedback controller on: once per `period_ms` (60000..=3600000) of `fairq_tick`
+// calls, each tenant's effective weight moves by 1 towards its fair share, within
+// `floor_percent` (10..=100) and `ceiling_percent` (100..=1000) of its configured weight. The
+// thresholds keep their values (defaults: raise below 90 %, lower above 110 %, judge tenants
+// expecting at least 100 cost units a period; see
+// `fairq_engine_builder_set_feedback_thresholds`). `period_ms` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_feedback(struct fairq_engine_builder *builder,
+                                          uint64_t period_ms,
+                                          uint32_t floor_percent,
+                                          uint32_t ceiling_percent);
+
+// The feedback controller's thresholds: raise a tenant whose period fair-share ratio is below
+// `low_ratio_percent` (10..=100), lower one above `high_ratio_percent` (100..=1000), and judge
+// only tenants that expected at least `min_expected_cost` (1..=1000000000) cost units in the
+// period. Needs the controller on (`fairq_engine_builder_set_feedback` first):
+// `FAIRQ_ERR_INVALID_CONFIG` otherwise.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_feedback_thresholds(struct fairq_engine_builder *builder,
+                                                     uint32_t low_ratio_percent,
+                                                     uint32_t high_ratio_percent,
+                                                     uint64_t min_expected_cost);
+
+// Adds a bulkhead pool: at most `max_in_flight` (1..=the config's `max_in_flight`) grants of
+// requests to this downstream are out at once, on top of the global bound, so one slow
+// downstream holds only its own permits. Writes the pool's number, the `downstream` that
+// `fairq_enqueue_downstream` takes, to `*downstream_out` (0 for the first pool, then 1, ...).
+// At most 64 pools. With no pool (the default) every request shares the one global pool.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `downstream_out` must be NULL or writable.
+int32_t fairq_engine_builder_add_pool(struct fairq_engine_builder *builder,
+                                      uint32_t max_in_flight,
+                                      uint32_t *downstream_out);
+
+// Turns load shedding on for the bulkhead pools (add them first): when a pool's downstream
+// error rate over a window of `window_ms` (100..=3600000) passes `error_percent` (1..=100; the
+// usual rule is 2), with at least `min_requests` (1..=1000000; 0: the default, 20) reports in
+// the window, the pool's in-flight limit is cut in half (never below 1); each calm window grows
+// it back by an eighth of the pool's bound. While a pool's limit is cut, a request to it that
+// cannot be served within its budget is refused at once with
+// `FAIRQ_REASON_DOWNSTREAM_SHEDDING`. Feed it with `fairq_report_downstream`.
+// `error_percent` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_shedding(struct fairq_engine_builder *builder,
+                                          uint32_t error_percent,
+                                          uint64_t window_ms,
+                                          uint32_t min_requests);
+
+// Turns the fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio,
+// starvation window, and the engine-wide wait histogram) on or off. On by default; off saves a
+// few atomic writes per request, and `fairq_tenant_indicators` then answers `FAIRQ_NOT_FOUND`.
+// The wait boost and the feedback controller need them: `FAIRQ_ERR_INVALID_CONFIG` when either
+// is on.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_indicators(struct fairq_engine_builder *builder, bool on);
+
+// How many tenants get their own fairness-indicator series in the Prometheus text (the top K
+// by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_indicator_top_k(struct fairq_engine_builder *builder,
+                                                 uint32_t top_k);
+
+// Builds an engine from the builder's configuration and writes it to `*engine_out`; the
+// builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `engine_out` must be valid for a write of a
+// pointer.
+int32_t fairq_engine_builder_build(const struct fairq_engine_builder *builder,
+                                   struct fairq_engine **engine_out);
+
+// Puts the tenant whose raw identifier is the `raw_len` bytes at `raw` in tier `tier`
+// (`tier_len` bytes, case-insensitive): its weight becomes the tier's, at run time, like
+// `fairq_set_weight`. `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier or a tier the
+// engine was not built with.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `raw` and `tier` must be valid for reads of their
+// lengths.
+int32_t fairq_set_tier(const struct fairq_engine *engine,
+                       const char *raw,
+                       size_t raw_len,
+                       const char *tier,
+                       size_t tier_len);
+
+// `fairq_set_tier` by tenant key (from `fairq_tenant_key`). Key 0 is invalid.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `tier` must be valid for reads of `tier_len` bytes.
+int32_t fairq_set_tier_key(const struct fairq_engine *engine,
+                           uint64_t tenant_key,
+                           const char *tier,
+                           size_t tier_len);
+
+// Writes the weight of tier `tier` (`tier_len` bytes, case-insensitive) to `*weight_out`.
+// `FAIRQ_NOT_FOUND` (nothing written) when the engine has no such tier.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `tier` must be valid for reads of `tier_len` bytes;
+// `weight_out` must be writable.
+int32_t fairq_tier_weight(const struct fairq_engine *engine,
+                          const char *tier,
+                          size_t tier_len,
+                          uint32_t *weight_out);
+
+// `fairq_enqueue_downstream_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_enqueue_downstream_at`.
+int32_t fairq_enqueue_downstream(const struct fairq_engine *engine,
+                                 const struct fairq_request *request,
+                                 uint32_t downstream,
+                                 struct fairq_enqueue_result *result);
+
+// `fairq_enqueue_at` for a request to bulkhead pool `downstream` (from
+// `fairq_engine_builder_add_pool`): its grant takes a permit of that pool too, so it waits
+// while the pool is full, and other pools' requests go ahead of it. With no pool configured
+// `downstream` is ignored (as `fairq_enqueue_at` does: it is `downstream` 0).
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `request` must point to an initialised
+// `fairq_request`; `result` must be writable.
+int32_t fairq_enqueue_downstream_at(const struct fairq_engine *engine,
+                                    const struct fairq_request *request,
+                                    uint32_t downstream,
+                                    uint64_t now_ns,
+                                    struct fairq_enqueue_result *result);
+
+// Writes the number of bulkhead pools (0 when none is configured) to `*count_out`.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `count_out` must be writable.
+int32_t fairq_pool_count(const struct fairq_engine *engine, uint32_t *count_out);
+
+// Fills `*stats` with pool `downstream`'s gauges. `FAIRQ_NOT_FOUND` (nothing written) when no
+// such pool is configured.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `stats` must be writable.
+int32_t fairq_pool_get_stats(const struct fairq_engine *engine,
+                             uint32_t downstream,
+                             struct fairq_pool_stats *stats);
+
+// `fairq_report_downstream_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_report_downstream_at`.
+int32_t fairq_report_downstream(const struct fairq_engine *engine, uint32_t downstream, bool ok);
+
+// Reports whether a call to pool `downstream`'s downstream succeeded (`ok`: for HTTP, any
+// status under 500), for load shedding's error rate: call it once per granted request that
+// reached the downstream, next to `fairq_complete`. A no-op while load shedding is off.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool (when pools are
+// configured).
+//
+// # Safety
+// `engine` must be NULL or a live engine.
+int32_t fairq_report_downstream_at(const struct fairq_engine *engine,
+                                   uint32_t downstream,
+                                   bool ok,
+                                   uint64_t now_ns);
+
+// Fills `*out` with pool `downstream`'s shedding stage. `FAIRQ_NOT_FOUND` (nothing written)
+// when no such pool is configured. Without load shedding the limit is the pool's bound and
+// `shedding` 0.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_pool_get_shedding(const struct fairq_engine *engine,
+                                uint32_t downstream,
+                                struct fairq_pool_shedding *out);
+
+// `fairq_fairness_get_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_fairness_get_at`.
+int32_t fairq_fairness_get(const struct fairq_engine *engine, struct fairq_fairness *out);
+
+// Fills `*out` with the indicators' min/max over every tenant, starvation windows measured at
+// `now_ns`. Scans the tenant table (O(max_tenants), no lock, off the hot path).
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_fairness_get_at(const struct fairq_engine *engine,
+                              uint64_t now_ns,
+                              struct fairq_fairness *out);
+
+// `fairq_fairness_top_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_fairness_top_at`.
+int32_t fairq_fairness_top(const struct fairq_engine *engine,
+                           struct fairq_indicators *out,
+                           size_t cap,
+                           size_t *count_out);
+
+// Writes the indicators of the tenants with the most requests, most first, into `out[0..]`:
+// at most `cap` of them and at most the engine's indicator top K (the tenants the Prometheus
+// text shows). `*count_out` gets how many were written; `out` may be NULL when `cap` is 0
+// (0 is written). Scans the tenant table (O(max_tenants), no lock, off the hot path).
+//
+// # Safety
+// `engine` must be NULL or a live engine; a non-NULL `out` must be valid for writes of `cap`
+// entries; `count_out` must be writable.
+int32_t fairq_fairness_top_at(const struct fairq_engine *engine,
+                              uint64_t now_ns,
+                              struct fairq_indicators *out,
+                              size_t cap,
+                              size_t *count_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,6 +8,7 @@ use std::fmt;
 use crate::bulkhead::MAX_DOWNSTREAMS;
 use crate::identity::TenantDimension;
 use crate::policy::Policy;
+use crate::shedding::Shedding;
 
 pub use crate::limits::{MAX_COST, MAX_WEIGHT};
 /// Most weight classes (distinct weights in use) an engine can hold.
@@ -75,6 +76,11 @@ pub struct Config {
     /// `Request::downstream`. Empty (the default): off, one shared pool. At most 64 classes, each
     /// 1..=`max_in_flight`.
     pub downstream_max_in_flight: Vec<u32>,
+    /// Load shedding on the bulkhead pools: a pool whose downstream errors (reported with
+    /// `Engine::report_downstream`) pass a threshold gets its in-flight limit cut, and requests
+    /// it cannot serve within their budget are refused `downstream_shedding`. `None` (the
+    /// default): off. Needs `downstream_max_in_flight`.
+    pub shedding: Option<Shedding>,
 }
 
 impl Default for Config {
@@ -94,6 +100,7 @@ impl Default for Config {
             indicator_top_k: 20,
             policy: Policy::default(),
             downstream_max_in_flight: Vec::new(),
+            shedding: None,
         }
     }
 }
@@ -179,6 +186,9 @@ impl Config {
         }
         for &max in &self.downstream_max_in_flight {
             check_range("downstream_max_in_flight", max, 1, self.max_in_flight)?;
+        }
+        if let Some(shedding) = &self.shedding {
+            shedding.validate(self.downstream_max_in_flight.len())?;
         }
         let tables = self.tables();
         let bytes: u64 = tables.iter().map(|&(_, b)| b).sum();

@@ -45,11 +45,14 @@ pub enum Reason {
     Disabled = 8,
     /// The caller cancelled the request.
     Cancelled = 9,
+    /// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold)
+    /// and cannot serve it within its budget.
+    DownstreamShedding = 10,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::QueueFull,
         Reason::TenantQueueFull,
         Reason::TenantTableFull,
@@ -59,6 +62,7 @@ impl Reason {
         Reason::NoTenant,
         Reason::Disabled,
         Reason::Cancelled,
+        Reason::DownstreamShedding,
     ];
 
     /// The snake_case name used in metrics and error details.
@@ -73,6 +77,7 @@ impl Reason {
             Reason::NoTenant => "no_tenant",
             Reason::Disabled => "disabled",
             Reason::Cancelled => "cancelled",
+            Reason::DownstreamShedding => "downstream_shedding",
         }
     }
 
@@ -279,7 +284,7 @@ pub struct Stats {
     /// Tickets ended because a requeue did not fit (after waiting).
     pub refused_after_wait: u64,
     /// All refusals by reason code (index = code - 1), on arrival and after waiting.
-    pub refused: [u64; 9],
+    pub refused: [u64; Reason::ALL.len()],
 }
 
 impl Stats {

@@ -2,7 +2,8 @@
 # Integration test of ngx_http_fairq_module against Debian's nginx: builds the module
 # (build.sh), then runs test_nginx.py (real nginx on 127.0.0.1, a temporary prefix, a
 # capacity-limited asyncio upstream and asyncio clients; fleet mode against a redis-server, which
-# must be installed). About 35 s after the build.
+# must be installed), then test_controls.py (every control directive). About 100 s after the
+# build.
 #
 # Installs nginx and nginx-dev with apt-get when they are missing and this runs as root.
 # FAIRQ_SKIP_NGINX=1 skips the test (for machines without nginx or apt).
@@ -36,4 +37,9 @@ if ! command -v redis-server >/dev/null; then
 fi
 
 module=$("$here/build.sh" | tail -n 1)
-exec python3 "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@"
+status=0
+python3 "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@" || status=1
+# The controls (tiers, policies, pools, shedding): about 65 s, most of it the first feedback
+# controller period (60 s, the shortest allowed) running while the other checks run.
+python3 "$here/test_controls.py" --module "$module" --nginx "$(command -v nginx)" || status=1
+exit $status

@@ -89,7 +89,7 @@ struct Counters {
     cancelled: AtomicU64,
     expired: AtomicU64,
     refused_after_wait: AtomicU64,
-    refused: [AtomicU64; 9],
+    refused: [AtomicU64; Reason::ALL.len()],
 }
 
 fn bump(counter: &AtomicU64) {
@@ -311,7 +311,10 @@ impl<H: Hooks> Core<H> {
             },
         );
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
+        // Counted before it is published, so a cancel's decrement never comes first.
+        self.hooks.queued(request.downstream, 1);
         if self.push_queued(t, ticket, now, true) == Pushed::Refused {
+            self.hooks.queued(request.downstream, -1);
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             self.hooks.refused_on_arrival(t);
             bump(&self.shard(spread).refused[Reason::TenantQueueFull.index()]);
@@ -648,7 +651,7 @@ impl<H: Hooks> Core<H> {
                 self.park(t, fields.not_before, now);
                 return Served::Nothing;
             }
-            if self.hooks.admit(fields.downstream) == Admit::No {
+            if self.hooks.admit(fields.downstream, now) == Admit::No {
                 // Its bulkhead pool is full: it waits there, uncharged, its turn handed over.
                 self.leave_ready(t, class, now);
                 if let Some(u) = self.hooks.block(t, fields.downstream, fields.deadline) {
@@ -694,6 +697,7 @@ impl<H: Hooks> Core<H> {
                 Ordering::Relaxed,
             );
             self.unreserve(t);
+            self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
             let waited_ns = now.saturating_sub(fields.enqueued_at);
             let event = GrantEvent {
@@ -792,6 +796,7 @@ impl<H: Hooks> Core<H> {
             return None;
         }
         self.unreserve(t);
+        self.hooks.queued(fields.downstream, -1);
         let waited_ns = now.saturating_sub(fields.enqueued_at);
         // Before the release below: the slot is still pinned by this ticket.
         self.hooks
@@ -892,7 +897,9 @@ impl<H: Hooks> Core<H> {
         let not_before = now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE);
         self.tickets
             .requeue(ticket, not_before, position, estimated_wait_ns);
+        self.hooks.queued(fields.downstream, 1);
         if self.push_queued(t, ticket, now, false) == Pushed::Refused {
+            self.hooks.queued(fields.downstream, -1);
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             return refused(Reason::TenantQueueFull, position);
         }
@@ -961,6 +968,7 @@ impl<H: Hooks> Core<H> {
             if state == QUEUED {
                 // Its entry stays in the queue as a dead one until the scheduler sweeps it.
                 self.unreserve(t);
+                self.hooks.queued(fields.downstream, -1);
             } else {
                 self.end_grant(fields.downstream, now);
             }
@@ -1210,6 +1218,15 @@ impl<H: Hooks> Core<H> {
                 queued: u64::from(slot.depth.load(Ordering::Relaxed)),
             });
             self.tenants.release_live(t, 1, 0);
+        }
+    }
+
+    /// Places tenants a feature hands back outside the hooks' own returns (load shedding's
+    /// pool limit grew, so blocked tenants may be granted without a release to wake them).
+    pub(crate) fn place_unblocked(&self, slots: impl IntoIterator<Item = SlotId>, now: u64) {
+        let now = self.monotonic(now);
+        for t in slots {
+            self.place(t, None, false, now);
         }
     }
 

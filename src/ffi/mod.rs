@@ -4,8 +4,8 @@
 //!
 //! # Conventions (the README's "API conventions" restates them for C users)
 //! - **Status.** Every function returns an `int32_t` status, except the string functions,
-//!   `fairq_now_ns`, `fairq_config_default`, `fairq_engine_free`, and (feature `fleet`)
-//!   `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
+//!   `fairq_now_ns`, `fairq_config_default`, `fairq_engine_free`, `fairq_engine_builder_free`,
+//!   and (feature `fleet`) `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
 //!   negative, other outcomes (`FAIRQ_QUEUED`, `FAIRQ_EMPTY`, ...) are positive. The numbers never
 //!   change meaning.
 //! - **Pointers.** Every pointer is checked by the helpers of `boundary.rs`, before anything
@@ -38,9 +38,12 @@ mod codes;
 mod fleet;
 mod indicators;
 mod types;
+// After the modules above, so the header lists the controls after what they build on.
+mod controls;
 
 pub use api::*;
 pub use codes::*;
+pub use controls::*;
 #[cfg(feature = "fleet")]
 pub use fleet::*;
 pub use indicators::*;
