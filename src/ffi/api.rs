@@ -802,18 +802,24 @@ pub unsafe extern "C" fn fairq_expire_at(
     ffi_status!({
         // SAFETY: NULL or a live engine, by contract.
         let engine = unsafe { engine_ref(engine) }?;
+        // Checked before the ticket ends, as `complete` does: a misaligned `refusal` is
+        // FAIRQ_ERR_INVALID_ARGUMENT and the ticket stays queued.
+        let out = optional_out(refusal)?;
         let r = engine
             .expire_at(Ticket(ticket), now_ns)
             .map_err(error_status)?;
-        if !refusal.is_null() {
-            // SAFETY: non-NULL and writable, by contract.
+        if let Some(out) = out {
+            // SAFETY: checked non-NULL and aligned, writable by contract.
             unsafe {
-                refusal.write(fairq_completion {
-                    estimated_wait_ns: 0,
-                    waited_ns: r.waited_ns,
-                    position: r.position,
-                    reason: r.reason as u32,
-                })
+                write_out(
+                    out,
+                    fairq_completion {
+                        estimated_wait_ns: 0,
+                        waited_ns: r.waited_ns,
+                        position: r.position,
+                        reason: r.reason as u32,
+                    },
+                )
             };
         }
         Ok(FAIRQ_OK)
