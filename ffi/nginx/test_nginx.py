@@ -669,6 +669,9 @@ async def abandoned_grants(port, worker):
     check(paused_ok, f"paused: {C} permits held and {RACE_CONNS} queued before the pause "
                      f"(in flight {b['in_flight']}, depth {b['depth']})")
     os.kill(worker, signal.SIGSTOP)
+    check(not any(h.done() for h in hold),
+          f"paused before the holders finished (the setup took "
+          f"{time.monotonic() - hold_start:.2f} s of their {RACE_HOLD_MS / 1000:.1f} s)")
     try:
         # The holders' answers reach the paused worker's sockets, then every client closes.
         await asyncio.sleep(max(0.0, hold_start + RACE_HOLD_MS / 1000 + 0.2 - time.monotonic()))
