@@ -75,8 +75,7 @@ fn expire_rejects_a_misaligned_refusal_before_ending_the_ticket() {
 ///
 /// Fails on today's engine: the tenant stays parked in the timing wheel under the cancelled
 /// head's time, and the entry is swept only when the wheel wakes the tenant, up to one
-/// revolution of the wheel later (about 268 ms; 193 ms here). The same lazy sweep is behind
-/// cancelled entries still holding places in the queue bounds. Run it with `--ignored`.
+/// revolution of the wheel later (about 268 ms; 193 ms here). Run it with `--ignored`.
 #[test]
 #[ignore = "engine defect: a cancelled head keeps its tenant parked (fails until fixed)"]
 fn a_cancelled_heads_retry_after_does_not_hold_back_the_next_request() {

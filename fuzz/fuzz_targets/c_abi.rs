@@ -13,11 +13,15 @@
 //!   exactly once; a grant is for a queued ticket whose Retry-After has passed, with the
 //!   enqueued tenant, user data and cost;
 //! - in-flight never exceeds `max_in_flight`, queued never exceeds `queue_capacity`, no tenant
-//!   holds more than `tenant_queue_capacity` queued;
-//! - `fairq_get_stats` agrees with the ledger counter by counter, and its conservation law holds.
+//!   holds more than `tenant_queue_capacity` queued, and a refusal for a full queue comes only
+//!   when live requests fill it;
+//! - `fairq_get_stats` agrees with the ledger counter by counter, its conservation law holds,
+//!   and each request is counted once (grants + refusals + queued = requests, plus what a
+//!   requeue or a cancel of a granted ticket adds).
 //!
 //! At the end the engine is drained at a time past every Retry-After: every request must end
 //! (granted and completed, or expired), then the engine is freed (ASan's leak check runs on it).
+//! The features `cancel-frees` and `clock-end` make the drain stricter (see fuzz/README.md).
 //!
 //! Only the public C ABI is used, so the target survives changes inside the engine.
 
@@ -1293,9 +1297,7 @@ impl World {
                 res.reason
             );
             assert_eq!(res.ticket, 0, "a refusal carries ticket 0");
-            if cfg!(feature = "cancel-frees") {
-                self.check_refusal_is_due(key, res.reason);
-            }
+            self.check_refusal_is_due(key, res.reason);
             self.counts.refused[res.reason as usize] += 1;
             return;
         }
@@ -1332,7 +1334,8 @@ impl World {
         self.counts.enqueued += 1;
     }
 
-    /// With cancel-frees: a refusal for a full queue comes only when the ledger says it is full.
+    /// The bounds count live requests only: a refusal for a full queue comes only when the
+    /// ledger's live requests fill it (cancelled and expired ones hold no place).
     fn check_refusal_is_due(&self, key: u64, reason: u32) {
         let live = |k| self.tenant_count(k, St::Queued) + self.tenant_count(k, St::Granted);
         if reason == FAIRQ_REASON_TENANT_QUEUE_FULL {
