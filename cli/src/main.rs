@@ -19,7 +19,6 @@ mod chart;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod report;
-mod scenario;
 mod sched;
 mod sim;
 mod trace;
@@ -33,9 +32,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::scenario::Scenario;
 use crate::sim::RunResult;
 use crate::trace::Trace;
+use fairq_cli::scenario::{self, Scenario};
 
 /// The exit statuses, shown under `--help`.
 const EXIT_STATUS: &str = "\

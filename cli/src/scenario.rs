@@ -472,7 +472,7 @@ impl Scenario {
 
     /// The first failure of any downstream: (downstream, start ns, end ns).
     pub fn first_failure(&self) -> Option<(usize, u64, u64)> {
-        let sec = crate::trace::SEC as f64;
+        let sec = 1e9; // nanoseconds per second
         self.downstreams
             .iter()
             .enumerate()

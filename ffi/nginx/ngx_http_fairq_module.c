@@ -16,6 +16,9 @@
  *   the ticket is expired (fairq_expire) and the request answered 429 deadline_exceeded;
  * - a client that goes away while queued cancels its ticket (ngx_http_test_reading finalizes the
  *   request, and the pool cleanup cancels);
+ * - a client that goes away after its grant landed but before the request resumed (both in one
+ *   event-loop turn) abandons the grant: the cleanup completes the ticket as admitted, so the
+ *   engine counts it once, as a grant, and the module counts it in abandoned_grants;
  * - refusals (on arrival or after waiting) answer 429 with Retry-After, x-fair-queue-position,
  *   x-fair-queue-wait-ms and a JSON body naming the tenant dimension, reason, position and wait.
  *
@@ -144,6 +147,7 @@ typedef struct {
     uint64_t                    refused[FAIRQ_REASON_SLOTS];
     uint64_t                    budget_timeouts;
     uint64_t                    client_cancels;
+    uint64_t                    abandoned_grants;
     uint64_t                    wakeup_at;
     ngx_event_t                 tick;        /* fairq_tick every second (boost, feedback) */
     uint64_t                    ticks;
@@ -880,10 +884,21 @@ ngx_http_fairq_cleanup(void *data)
     switch (ctx->state) {
 
     case NGX_HTTP_FAIRQ_QUEUED:
-    case NGX_HTTP_FAIRQ_GRANTED:
-        /* The client went away (or the request failed) before it ran. */
+        /* The client went away (or the request failed) while queued. */
         rc = fairq_cancel(ngx_http_fairq_worker.engine, ctx->ticket);
         ngx_http_fairq_worker.client_cancels++;
+        break;
+
+    case NGX_HTTP_FAIRQ_GRANTED:
+        /*
+         * The grant landed, but the client went away in the same event-loop turn, before the
+         * posted event resumed the request. The engine already counted the grant: end the
+         * ticket as a grant (admitted, the permit goes back at once), not as a cancel, so the
+         * request is counted once. The module counts it apart from the admitted ones.
+         */
+        rc = fairq_complete(ngx_http_fairq_worker.engine, ctx->ticket,
+                            FAIRQ_OUTCOME_ADMITTED, 0, NULL);
+        ngx_http_fairq_worker.abandoned_grants++;
         break;
 
     case NGX_HTTP_FAIRQ_RUNNING:
@@ -891,6 +906,15 @@ ngx_http_fairq_cleanup(void *data)
         rc = fairq_complete(ngx_http_fairq_worker.engine, ctx->ticket,
                             FAIRQ_OUTCOME_ADMITTED, 0, NULL);
         break;
+
+    case NGX_HTTP_FAIRQ_REFUSED:
+        /*
+         * The engine ended the ticket (expired) and counted the refusal, but the client went
+         * away before the 429 was sent: count the refusal here, once, as the 429 would have.
+         */
+        ngx_http_fairq_worker.refused[ctx->reason % FAIRQ_REASON_SLOTS]++;
+        ctx->state = NGX_HTTP_FAIRQ_DONE;
+        return;
 
     default:
         return;
@@ -1348,8 +1372,8 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             "# TYPE fairq_nginx_admitted_total counter\n"
             "fairq_nginx_admitted_total{after_wait=\"false\"} %uL\n"
             "fairq_nginx_admitted_total{after_wait=\"true\"} %uL\n"
-            "# HELP fairq_nginx_refused_total 429 answers this nginx worker sent, "
-            "by reason.\n"
+            "# HELP fairq_nginx_refused_total Requests this nginx worker refused, by "
+            "reason: a 429, or none when the client went away first.\n"
             "# TYPE fairq_nginx_refused_total counter\n",
             ngx_http_fairq_worker.admitted_at_once,
             ngx_http_fairq_worker.admitted_after_wait);
@@ -1367,15 +1391,20 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             "# TYPE fairq_nginx_budget_timeouts_total counter\n"
             "fairq_nginx_budget_timeouts_total %uL\n"
             "# HELP fairq_nginx_client_cancels_total Queued requests whose client went "
-            "away before they ran.\n"
+            "away before they were granted (the engine's cancelled).\n"
             "# TYPE fairq_nginx_client_cancels_total counter\n"
             "fairq_nginx_client_cancels_total %uL\n"
+            "# HELP fairq_nginx_abandoned_grants_total Grants whose client went away before "
+            "the request resumed (the engine counts them as grants).\n"
+            "# TYPE fairq_nginx_abandoned_grants_total counter\n"
+            "fairq_nginx_abandoned_grants_total %uL\n"
             "# HELP fairq_nginx_worker_info The nginx worker whose engine this is "
             "(one engine per worker).\n"
             "# TYPE fairq_nginx_worker_info gauge\n"
             "fairq_nginx_worker_info{pid=\"%P\"} 1\n",
             ngx_http_fairq_worker.budget_timeouts,
-            ngx_http_fairq_worker.client_cancels, ngx_pid);
+            ngx_http_fairq_worker.client_cancels,
+            ngx_http_fairq_worker.abandoned_grants, ngx_pid);
 
     if (ngx_http_fairq_worker.tick.handler != NULL) {
         p = ngx_slprintf(p, end,

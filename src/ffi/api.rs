@@ -878,6 +878,8 @@ pub unsafe extern "C" fn fairq_expire_at(
     ffi_status!({
         // SAFETY: NULL or a live engine, by contract.
         let engine = unsafe { engine_ref(engine) }?;
+        // Checked before the ticket ends, as `complete` does: a misaligned `refusal` is
+        // FAIRQ_ERR_INVALID_ARGUMENT and the ticket stays queued.
         let out = optional_out(refusal)?;
         let r = engine
             .expire_at(Ticket(ticket), now_ns)
