@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-use workload::{Contender, Fairq, FirqCore, Floor, MutexSwrr, Prepared, TENANTS};
+use workload::{Contender, Fairq, FairqLean, FirqCore, Floor, MutexSwrr, Prepared, TENANTS};
 
 fn bench_contender<C: Contender>(c: &mut Criterion, name: &str) {
     for threads in [1usize, 2] {
@@ -33,6 +33,7 @@ fn bench_contender<C: Contender>(c: &mut Criterion, name: &str) {
 
 fn grants(c: &mut Criterion) {
     bench_contender::<Fairq>(c, "fairq");
+    bench_contender::<FairqLean>(c, "fairq_lean");
     bench_contender::<Floor>(c, "floor");
     bench_contender::<MutexSwrr>(c, "mutex_swrr");
     bench_contender::<FirqCore>(c, "firq_core");

@@ -12,13 +12,21 @@
 //! `--markdown` prints a Markdown table of millions of cycles per second (`benches/scaling.sh`).
 //! With two or more threads, `ns_per_cycle` is wall time over all cycles of all threads (the
 //! aggregate cost), so `cycles_per_sec` is the aggregate rate.
+//!
+//! `--hot` measures the hot-tenant cases instead: one tenant, and two of weights 8 and 1, each
+//! with a shallow queue (`workload::backlog`), on 1 and 2 threads; the table gives each
+//! contender's aggregate rate and the 2-thread/1-thread ratio (`--json`: rows with
+//! `"tenants": "1 tenant"` or `"2 tenants 8:1"`).
 
 #[path = "../benches/workload/mod.rs"]
 mod workload;
 
 use std::time::Duration;
 
-use workload::{Contender, Fairq, FirqCore, Floor, MutexSwrr, Prepared, IMPLS, TENANTS};
+use workload::{
+    hot_cases, set_shallow, Contender, Fairq, FairqLean, FirqCore, Floor, MutexSwrr, Prepared,
+    IMPLS, TENANTS,
+};
 
 struct Options {
     json: bool,
@@ -28,6 +36,7 @@ struct Options {
     threads: Vec<usize>,
     tenants: Vec<usize>,
     impls: Vec<String>,
+    hot: bool,
 }
 
 fn list(arg: Option<String>, what: &str) -> Vec<usize> {
@@ -47,7 +56,7 @@ fn die(message: &str) -> ! {
     eprintln!("compare: {message}");
     eprintln!(
         "usage: compare [--quick] [--json | --markdown] [--reps N] [--threads 1,2] [--tenants 1,64,1024,16384] \
-         [--impls fairq,floor,mutex_swrr,firq_core]"
+         [--impls fairq,floor,mutex_swrr,firq_core] [--hot]"
     );
     std::process::exit(2)
 }
@@ -61,6 +70,7 @@ fn options() -> Options {
         threads: vec![1, 2],
         tenants: TENANTS.to_vec(),
         impls: IMPLS.iter().map(|s| s.to_string()).collect(),
+        hot: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -70,6 +80,7 @@ fn options() -> Options {
                 options.reps = options.reps.min(7);
             }
             "--json" => options.json = true,
+            "--hot" => options.hot = true,
             "--markdown" => options.markdown = true,
             "--reps" => options.reps = list(args.next(), "--reps")[0].max(5),
             "--threads" => options.threads = list(args.next(), "--threads"),
@@ -98,7 +109,10 @@ struct Row {
 
 /// Median ns per cycle (aggregate over threads) of `reps` repetitions of about `rep` each.
 fn measure<C: Contender>(tenants: usize, threads: usize, options: &Options) -> f64 {
-    let prepared = Prepared::<C>::new(tenants, threads);
+    timed(&Prepared::<C>::new(tenants, threads), threads, options)
+}
+
+fn timed<C: Contender>(prepared: &Prepared<C>, threads: usize, options: &Options) -> f64 {
     // Calibrate (this also warms caches and the branch predictors): grow until ≥ 2 ms.
     let mut cycles = 64u64;
     let per_cycle = loop {
@@ -119,8 +133,63 @@ fn measure<C: Contender>(tenants: usize, threads: usize, options: &Options) -> f
     samples[samples.len() / 2]
 }
 
+/// One contender on the given tenants (the hot cases), by name.
+fn measure_named(name: &str, tenants: &[(u64, u32)], threads: usize, options: &Options) -> f64 {
+    let t = tenants.to_vec();
+    match name {
+        "fairq" => timed(&Prepared::<Fairq>::with_tenants(t, threads), threads, options),
+        "fairq_lean" => timed(&Prepared::<FairqLean>::with_tenants(t, threads), threads, options),
+        "floor" => timed(&Prepared::<Floor>::with_tenants(t, threads), threads, options),
+        "mutex_swrr" => timed(&Prepared::<MutexSwrr>::with_tenants(t, threads), threads, options),
+        _ => timed(&Prepared::<FirqCore>::with_tenants(t, threads), threads, options),
+    }
+}
+
+/// `--hot`: every contender on each hot case, 1 and 2 threads, in one run.
+fn hot(options: &Options) {
+    set_shallow(true);
+    let mut json = Vec::new();
+    if !options.json {
+        println!(
+            "hot tenants, shallow queues: aggregate Mcycles/s\n{:>14} {:>11} {:>10} {:>10} {:>8}",
+            "case", "impl", "1 thread", "2 threads", "2t/1t"
+        );
+    }
+    for (case, tenants) in hot_cases() {
+        for name in IMPLS {
+            if !options.impls.iter().any(|i| i == name) {
+                continue;
+            }
+            let one = measure_named(name, &tenants, 1, options);
+            let two = measure_named(name, &tenants, 2, options);
+            if options.json {
+                for (threads, ns) in [(1, one), (2, two)] {
+                    json.push(format!(
+                        "    {{\"impl\": \"{name}\", \"tenants\": \"{case}\", \"threads\": {threads}, \"ns_per_cycle\": {ns:.2}, \"cycles_per_sec\": {:.0}}}",
+                        1e9 / ns
+                    ));
+                }
+            } else {
+                println!(
+                    "{case:>14} {name:>11} {:>10.2} {:>10.2} {:>8.2}",
+                    1e3 / one,
+                    1e3 / two,
+                    one / two
+                );
+            }
+        }
+    }
+    if options.json {
+        println!("{{\"results\": [\n{}\n]}}", json.join(",\n"));
+    }
+}
+
 fn main() {
     let options = options();
+    if options.hot {
+        hot(&options);
+        return;
+    }
     let mut rows = Vec::new();
     for &threads in &options.threads {
         for &tenants in &options.tenants {
@@ -130,6 +199,7 @@ fn main() {
                 }
                 let ns_per_cycle = match name {
                     "fairq" => measure::<Fairq>(tenants, threads, &options),
+                    "fairq_lean" => measure::<FairqLean>(tenants, threads, &options),
                     "floor" => measure::<Floor>(tenants, threads, &options),
                     "mutex_swrr" => measure::<MutexSwrr>(tenants, threads, &options),
                     _ => measure::<FirqCore>(tenants, threads, &options),
@@ -172,10 +242,10 @@ fn print_json(rows: &[Row]) {
     println!("{{\"results\": [\n{}\n]}}", entries.join(",\n"));
 }
 
-/// One printed row: threads, tenants, ns per cycle of fairq, floor, mutex_swrr and firq_core
-/// (`None` where that impl was not run), and the ratios fairq/floor, mutex_swrr/fairq and
-/// firq_core/fairq as text.
-type TableRow = (usize, usize, [Option<f64>; 4], [String; 3]);
+/// One printed row: threads, tenants, ns per cycle of fairq, fairq_lean (every feature off),
+/// floor, mutex_swrr and firq_core (`None` where that impl was not run), and the ratios
+/// fairq/floor, mutex_swrr/fairq and firq_core/fairq as text.
+type TableRow = (usize, usize, [Option<f64>; 5], [String; 3]);
 
 /// The rows of both tables, per (threads, tenants) in the options' order.
 fn table_rows(rows: &[Row], options: &Options) -> Vec<TableRow> {
@@ -191,10 +261,10 @@ fn table_rows(rows: &[Row], options: &Options) -> Vec<TableRow> {
     let mut out = Vec::new();
     for &threads in &options.threads {
         for &tenants in &options.tenants {
-            let [fairq, floor, mutex, firq] =
-                ["fairq", "floor", "mutex_swrr", "firq_core"].map(|n| get(n, tenants, threads));
+            let [fairq, lean, floor, mutex, firq] =
+                IMPLS.map(|n| get(n, tenants, threads));
             let ratios = [ratio(fairq, floor), ratio(mutex, fairq), ratio(firq, fairq)];
-            out.push((threads, tenants, [fairq, floor, mutex, firq], ratios));
+            out.push((threads, tenants, [fairq, lean, floor, mutex, firq], ratios));
         }
     }
     out
@@ -203,10 +273,11 @@ fn table_rows(rows: &[Row], options: &Options) -> Vec<TableRow> {
 fn print_table(rows: &[Row], options: &Options) {
     let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     println!(
-        "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
+        "{:>7} {:>7} | {:>10} {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
         "threads",
         "tenants",
         "fairq",
+        "fairq_lean",
         "floor",
         "mutex_swrr",
         "firq_core",
@@ -218,12 +289,15 @@ fn print_table(rows: &[Row], options: &Options) {
         "{:>7} {:>7} | ns per cycle (aggregate over threads)",
         "", ""
     );
-    for (threads, tenants, [fairq, floor, mutex, firq], [r1, r2, r3]) in table_rows(rows, options) {
+    for (threads, tenants, [fairq, lean, floor, mutex, firq], [r1, r2, r3]) in
+        table_rows(rows, options)
+    {
         println!(
-            "{:>7} {:>7} | {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
+            "{:>7} {:>7} | {:>10} {:>10} {:>10} {:>11} {:>10} | {:>11} {:>16} {:>15}",
             threads,
             tenants,
             cell(fairq),
+            cell(lean),
             cell(floor),
             cell(mutex),
             cell(firq),
@@ -238,14 +312,17 @@ fn print_table(rows: &[Row], options: &Options) {
 fn print_markdown(rows: &[Row], options: &Options) {
     let rate = |v: Option<f64>| v.map_or("-".to_string(), |ns| format!("{:.2}", 1e3 / ns));
     println!(
-        "| threads | tenants | fairq Mcyc/s | floor Mcyc/s | mutex_swrr Mcyc/s | firq_core Mcyc/s \
-         | fairq/floor (ns) | mutex_swrr/fairq | firq_core/fairq |"
+        "| threads | tenants | fairq Mcyc/s | fairq_lean Mcyc/s | floor Mcyc/s | mutex_swrr Mcyc/s \
+         | firq_core Mcyc/s | fairq/floor (ns) | mutex_swrr/fairq | firq_core/fairq |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (threads, tenants, [fairq, floor, mutex, firq], [r1, r2, r3]) in table_rows(rows, options) {
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (threads, tenants, [fairq, lean, floor, mutex, firq], [r1, r2, r3]) in
+        table_rows(rows, options)
+    {
         println!(
-            "| {threads} | {tenants} | {} | {} | {} | {} | {r1} | {r2} | {r3} |",
+            "| {threads} | {tenants} | {} | {} | {} | {} | {} | {r1} | {r2} | {r3} |",
             rate(fairq),
+            rate(lean),
             rate(floor),
             rate(mutex),
             rate(firq),

@@ -26,8 +26,13 @@ mod imp {
         pub(crate) fn snooze(&self) {
             self.0.snooze()
         }
-        pub(crate) fn is_completed(&self) -> bool {
-            self.0.is_completed()
+    }
+
+    /// `hints` spin-loop hints: a wait with no system call.
+    #[inline]
+    pub(crate) fn spin(hints: u32) {
+        for _ in 0..hints {
+            std::hint::spin_loop();
         }
     }
 
@@ -87,20 +92,21 @@ mod imp {
         }
     }
 
-    /// Under loom a backoff is one yield, then gives up, so models stay small.
-    pub(crate) struct Backoff(std::cell::Cell<bool>);
+    /// Under loom a backoff is a yield, so the waited-on thread can run.
+    pub(crate) struct Backoff;
 
     impl Backoff {
         pub(crate) fn new() -> Self {
-            Backoff(std::cell::Cell::new(false))
+            Backoff
         }
         pub(crate) fn snooze(&self) {
-            self.0.set(true);
             loom::thread::yield_now()
         }
-        pub(crate) fn is_completed(&self) -> bool {
-            self.0.get()
-        }
+    }
+
+    /// Under loom a spin is one yield, so the waited-on thread can run.
+    pub(crate) fn spin(_hints: u32) {
+        loom::thread::yield_now()
     }
 
     /// Loom-visible stand-in for `ArcSwap`: an `RwLock<Arc<T>>`.

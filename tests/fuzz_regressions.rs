@@ -73,11 +73,10 @@ fn expire_rejects_a_misaligned_refusal_before_ending_the_ticket() {
 /// at once, must not wait out the cancelled one's Retry-After. Found by the c_abi target's drain
 /// (every request must end once every Retry-After has passed).
 ///
-/// Fails on today's engine: the tenant stays parked in the timing wheel under the cancelled
-/// head's time, and the entry is swept only when the wheel wakes the tenant, up to one
-/// revolution of the wheel later (about 268 ms; 193 ms here). Run it with `--ignored`.
+/// The tenant stayed parked in the timing wheel under the cancelled head's time, up to one
+/// revolution of the wheel (about 268 ms; 193 ms here). A tenant now parks for at most a few
+/// ticks at a time, then its head is checked again.
 #[test]
-#[ignore = "engine defect: a cancelled head keeps its tenant parked (fails until fixed)"]
 fn a_cancelled_heads_retry_after_does_not_hold_back_the_next_request() {
     use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Request, TenantKey};
     const MS: u64 = 1_000_000;
@@ -120,12 +119,10 @@ fn a_cancelled_heads_retry_after_does_not_hold_back_the_next_request() {
 /// A request queued near the end of the clock (`now` close to `u64::MAX` ns) must still end:
 /// granted, or expired. Found by the c_abi target's drain (its clock reaches `u64::MAX`).
 ///
-/// Fails on today's engine: once the timing wheel's cursor is at the clock's last tick, a tenant
-/// parks in the tick after it, which no time reaches, so no `next_grant` ever wakes it, and
-/// `next_wakeup_ns` reports 0 (the next tick's start overflows). What the engine promises near
-/// `u64::MAX` is still to be decided and documented; run it with `--ignored`.
+/// Once the timing wheel's cursor was at the clock's last tick, a tenant parked in the tick
+/// after it, which no time reaches. Not-before times now saturate two ticks before the end of
+/// the clock (the header documents it), so the head is ready by then.
 #[test]
-#[ignore = "engine defect: a request parked in the clock's last tick never ends (fails until fixed)"]
 fn a_request_queued_at_the_end_of_the_clock_still_ends() {
     use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Request, TenantKey};
     let engine = Engine::new(Config {

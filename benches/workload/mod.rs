@@ -30,12 +30,40 @@ pub const TENANTS: [usize; 4] = [1, 64, 1024, 16384];
 /// Tenant weights are drawn from these.
 pub const WEIGHTS: [u32; 4] = [1, 2, 4, 8];
 /// Contender names, in report order.
-pub const IMPLS: [&str; 4] = ["fairq", "floor", "mutex_swrr", "firq_core"];
+pub const IMPLS: [&str; 5] = ["fairq", "fairq_lean", "floor", "mutex_swrr", "firq_core"];
 
-/// Requests queued per tenant at the start: enough that no tenant runs dry while `threads`
-/// callers each hold one of its requests between grant and re-enqueue.
+/// Whether contenders built from now on get the hot-tenant backlog (see [`backlog`]).
+static SHALLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the backlog of the contenders built from now on: shallow (the hot-tenant cases) or the
+/// default.
+pub fn set_shallow(shallow: bool) {
+    // Relaxed: set by the driving thread before it builds a contender.
+    SHALLOW.store(shallow, Ordering::Relaxed);
+}
+
+/// Requests queued per tenant at the start: by default enough that no tenant runs dry while
+/// `threads` callers each hold one of its requests between grant and re-enqueue. Shallow (the
+/// hot-tenant cases): one, so a tenant has 2 queued when a caller, having enqueued, asks for a
+/// grant; with two callers one of them often finds the only ready tenant held by the other.
 pub fn backlog(threads: usize) -> usize {
-    threads + 2
+    // Relaxed: see `set_shallow`.
+    if SHALLOW.load(Ordering::Relaxed) {
+        1
+    } else {
+        threads + 2
+    }
+}
+
+/// The hot-tenant cases: one tenant; two tenants of weights 8 and 1.
+pub fn hot_cases() -> [(&'static str, Vec<(u64, u32)>); 2] {
+    [
+        ("1 tenant", vec![(0x9E37_79B9_7F4A_7C15, 1)]),
+        (
+            "2 tenants 8:1",
+            vec![(0x9E37_79B9_7F4A_7C15, 8), (0x2545_F491_4F6C_DD1D, 1)],
+        ),
+    ]
 }
 
 /// The tenant keys (never 0) and weights of a run: deterministic, so every contender and every
@@ -69,16 +97,44 @@ pub trait Contender: Sync + Send + Sized {
 
 // ------------------------------------------------------------------------------------ fairq
 
-/// The real engine, sized so the benchmark's backlog fits.
+/// The real engine, sized so the benchmark's backlog fits, with the default features (the
+/// fairness indicators on).
 pub struct Fairq {
     engine: fairq::Engine,
 }
 
+/// The real engine with every feature off (the indicators included): the price of the
+/// features is the difference between the two rows.
+pub struct FairqLean(Fairq);
+
+impl Contender for FairqLean {
+    fn new(tenants: &[(u64, u32)], threads: usize) -> Self {
+        FairqLean(Fairq::build(tenants, threads, false))
+    }
+
+    #[inline]
+    fn cycle(&self, tenant: u64, now: u64) -> u64 {
+        self.0.cycle(tenant, now)
+    }
+}
+
 impl Contender for Fairq {
     fn new(tenants: &[(u64, u32)], threads: usize) -> Self {
+        Fairq::build(tenants, threads, true)
+    }
+
+    #[inline]
+    fn cycle(&self, tenant: u64, now: u64) -> u64 {
+        self.cycle_inner(tenant, now)
+    }
+}
+
+impl Fairq {
+    fn build(tenants: &[(u64, u32)], threads: usize, indicators: bool) -> Self {
         use fairq::{Config, Dimension, Enqueued, Request, TenantKey};
         let backlog = backlog(threads);
         let engine = fairq::Engine::new(Config {
+            indicators,
             enabled: true,
             // Twice the tenants: the open-addressed table keeps its probes short.
             max_tenants: (tenants.len() * 2) as u32,
@@ -108,7 +164,7 @@ impl Contender for Fairq {
     }
 
     #[inline]
-    fn cycle(&self, tenant: u64, now: u64) -> u64 {
+    fn cycle_inner(&self, tenant: u64, now: u64) -> u64 {
         use fairq::{NextGrant, Outcome, Request, TenantKey};
         let request = Request::new(TenantKey::from_hash(tenant), fairq::Dimension::User);
         let queued = self.engine.enqueue_at(&request, now);
@@ -459,7 +515,11 @@ pub struct Prepared<C> {
 
 impl<C: Contender> Prepared<C> {
     pub fn new(tenant_count: usize, threads: usize) -> Self {
-        let tenants = tenants(tenant_count);
+        Self::with_tenants(tenants(tenant_count), threads)
+    }
+
+    /// A contender over the given (key, weight) tenants.
+    pub fn with_tenants(tenants: Vec<(u64, u32)>, threads: usize) -> Self {
         let contender = Arc::new(C::new(&tenants, threads));
         Prepared {
             contender,

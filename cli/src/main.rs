@@ -115,6 +115,9 @@ struct BenchArgs {
     /// Thread counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
+    /// Leave out the hot-tenant table (one tenant; two of weights 8 and 1; 1 and 2 threads).
+    #[arg(long)]
+    no_hot: bool,
 }
 
 /// Why a command stopped early.
@@ -355,14 +358,34 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
          weights 8/4/2/1, {} s each\n{:>7} {:>8} {:>12} {:>16}\n",
         args.seconds, "threads", "tenants", "grants/s", "ns/cycle/thread"
     ))?;
+    let run = Duration::from_secs_f64(args.seconds);
     for &threads in &args.threads {
         for &tenants in &args.tenants {
-            let m = bench::measure(threads, tenants, Duration::from_secs_f64(args.seconds))?;
+            let m = bench::measure(threads, tenants, &bench::TIERS, run)?;
             emit(&format!(
                 "{:>7} {:>8} {:>12.0} {:>16.1}\n",
                 m.threads, m.tenants, m.grants_per_s, m.ns_per_cycle
             ))?;
         }
+    }
+    if args.no_hot {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // One hot tenant, and two of weights 8 and 1, each with 2 requests queued: a second thread
+    // must add throughput, not take it away (the ratio is measured in this run).
+    emit(&format!(
+        "\nhot tenants, 2 requests queued each, {} s each\n{:>16} {:>14} {:>14} {:>8}\n",
+        args.seconds, "case", "1 thread /s", "2 threads /s", "2t / 1t"
+    ))?;
+    for (case, tenants, weights) in [("1 tenant", 1, &[1][..]), ("2 tenants 8:1", 2, &[8, 1])] {
+        let one = bench::measure(1, tenants, weights, run)?;
+        let two = bench::measure(2, tenants, weights, run)?;
+        emit(&format!(
+            "{case:>16} {:>14.0} {:>14.0} {:>8.2}\n",
+            one.grants_per_s,
+            two.grants_per_s,
+            two.grants_per_s / one.grants_per_s.max(1.0)
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }

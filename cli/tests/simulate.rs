@@ -563,7 +563,17 @@ fn bench_reports_grants_per_second() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let rows: Vec<Vec<f64>> = stdout
+    let (main, hot) = stdout.split_once("\n\n").expect("two tables");
+    let hot: Vec<&str> = hot.lines().filter(|l| l.contains("tenant")).collect();
+    assert_eq!(hot.len(), 3, "a header and two hot-tenant rows: {stdout}");
+    for row in &hot[1..] {
+        let v: Vec<f64> = row
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert!(v.len() == 4 && v[1] > 1000.0 && v[2] > 1000.0, "{row}");
+    }
+    let rows: Vec<Vec<f64>> = main
         .lines()
         .filter_map(|l| {
             let v: Vec<f64> = l

@@ -102,6 +102,51 @@ fn permits_stay_within_bounds_and_come_back() {
     check("in_flight::permits", permits_model);
 }
 
+/// A granter takes the permit for a queued head while a cancel ends that head: whichever wins,
+/// the ticket ends once, the permit the losing granter took goes back, and the counts the stats
+/// read are never above their bounds (a second thread reads them while the race runs). After
+/// the race nothing is queued or in flight, and the permit is free for a later grant.
+fn grant_vs_cancel_model() {
+    let engine = Arc::new(Engine::new(tiny_config()).unwrap());
+    let ticket = enqueue(&engine, &request(tenant_a()), 0);
+    let granter = {
+        let engine = Arc::clone(&engine);
+        thread::spawn(move || match engine.next_grant_at(1) {
+            NextGrant::Granted(g) => {
+                assert_eq!(g.ticket, ticket);
+                // A cancel may end the granted ticket first.
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 1)
+                    .is_ok()
+            }
+            NextGrant::Empty => false,
+            other => panic!("unexpected {other:?}"),
+        })
+    };
+    let cancelled = engine.cancel_at(ticket, 1).is_ok();
+    let stats = engine.stats();
+    assert!(stats.in_flight <= 1, "in_flight above the bound: {stats:?}");
+    assert!(stats.queued <= 1, "queued above the bound: {stats:?}");
+    let completed = granter.join().unwrap();
+    assert!(
+        completed != cancelled,
+        "the ticket must end exactly once: completed {completed}, cancelled {cancelled}"
+    );
+    let stats = engine.stats();
+    assert_eq!((stats.queued, stats.in_flight), (0, 0), "{stats:?}");
+    assert_eq!(stats.enqueued, stats.ended(), "{stats:?}");
+    let later = enqueue(&engine, &request(tenant_b()), 2);
+    match engine.next_grant_at(2) {
+        NextGrant::Granted(g) => assert_eq!(g.ticket, later),
+        other => panic!("the permit did not come back: {other:?}"),
+    }
+}
+
+#[test]
+fn grant_vs_cancel_ends_once_and_gives_the_permit_back() {
+    check("in_flight::grant_vs_cancel", grant_vs_cancel_model);
+}
+
 /// `acquire_permit` as load-then-store: two granters both pass the check, so the count loses an
 /// increment (caught as "in-flight count below zero" by `release_permit`'s assertion) or two
 /// grants are out at once (caught as "in-flight bound broken").

@@ -18,7 +18,7 @@
 //! The SWRR credits are plain atomic counters. A pick adds each class's weight with `fetch_add`
 //! and subtracts the total from the winner, so the sum of credits is conserved however picks
 //! interleave; a pick that finds its class's ring momentarily empty (another caller holds the
-//! tenant) refunds exactly what it added. Concurrent pickers may both pick the same class; the
+//! tenant) spins briefly, then refunds exactly what it added. Concurrent pickers may both pick the same class; the
 //! class then runs a debt that later picks pay back, so long-run shares stay exact.
 //!
 //! # Batched picks
@@ -44,8 +44,9 @@ use crate::sync::{
 /// Most classes; `ExcludeMask` has one bit per class.
 pub(crate) const CLASS_LIMIT: usize = 64;
 
-/// Per-pick snapshot of each class's SWRR weight, so a refund subtracts exactly what was added.
-pub(crate) type ClassWeights = [i64; CLASS_LIMIT];
+/// Per-pick snapshot of each class's SWRR weight (index = class), so a refund subtracts exactly
+/// what was added. Filled by the pick up to the classes allocated then; nothing is zeroed.
+pub(crate) type ClassWeights = arrayvec::ArrayVec<i64, CLASS_LIMIT>;
 
 pub(crate) struct Class {
     /// The tenants' weight; 0 while the class is unused. Set once, under the admin lock.
@@ -330,12 +331,41 @@ impl Classes {
     /// when it applies (module docs), else one step. Returns the winner and the total it paid;
     /// `weights` records what each class gained, for `refund`.
     pub(crate) fn pick(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
-        if exclude == 0 && batching() {
-            if let Some(picked) = self.pick_batched(weights) {
-                return picked;
+        if exclude == 0 {
+            if let Some(sole) = self.sole_ready(weights) {
+                return Some(sole);
+            }
+            if batching() {
+                if let Some(picked) = self.pick_batched(weights) {
+                    return picked;
+                }
             }
         }
         self.step(exclude, weights)
+    }
+
+    /// When exactly one class has ready tenants, SWRR over one class changes no credit (it gains
+    /// the total and pays it): the pick is that class, with no shared write. Reads each class's
+    /// ready count once; a class that becomes ready meanwhile waits one pick, as it would for a
+    /// pick already under way. `weights` records the no-op step for `refund` and `repeat`.
+    fn sole_ready(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        let mut sole = None;
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            // Relaxed: a snapshot, as in `step`.
+            let ready = class.ready.load(Ordering::Relaxed);
+            if ready > 0 {
+                if sole.is_some() {
+                    return None;
+                }
+                sole = Some((c, class.gain(ready)));
+            }
+        }
+        let (winner, gain) = sole?;
+        weights.clear();
+        for c in 0..=winner {
+            weights.push(if c == winner { gain } else { 0 });
+        }
+        Some((winner, gain))
     }
 
     /// A pick from the batch, or from a new batch; `None` when the caller should step singly.
@@ -411,8 +441,9 @@ impl Classes {
         let class = batch.picks[index].load(Ordering::Relaxed) as usize;
         let total = batch.total.load(Ordering::Relaxed);
         let allocated = self.allocated();
-        for (weight, gain) in weights[..allocated].iter_mut().zip(batch.gains.iter()) {
-            *weight = gain.load(Ordering::Relaxed);
+        weights.clear();
+        for gain in &batch.gains[..allocated] {
+            weights.push(gain.load(Ordering::Relaxed));
         }
         // The seqlock reader's check: an Acquire fence, then the sequence again. Unchanged, no
         // writer started since `seq`, so what we read is that batch.
@@ -471,13 +502,15 @@ impl Classes {
         let epoch = self.epoch.load(Ordering::Acquire);
         let mut start = [0i64; CLASS_LIMIT];
         let mut total = 0i64;
+        weights.clear();
         for (c, class) in self.classes[..allocated].iter().enumerate() {
             // Relaxed: a snapshot; the net change is applied with `fetch_add`, so concurrent
             // single steps and refunds are never lost.
             let ready = class.ready.load(Ordering::Relaxed);
-            weights[c] = if ready > 0 { class.gain(ready) } else { 0 };
+            let gain = if ready > 0 { class.gain(ready) } else { 0 };
+            weights.push(gain);
             start[c] = class.current.load(Ordering::Relaxed);
-            total += weights[c];
+            total += gain;
         }
         // Size: double after a batch that was used up, halve after one dropped early; an empty
         // batch (nothing ready) records just that, for `pick_batched`.
@@ -576,8 +609,9 @@ impl Classes {
     fn step(&self, exclude: u64, weights: &mut ClassWeights) -> Option<(usize, i64)> {
         let mut total = 0i64;
         let mut best: Option<(usize, i64)> = None;
+        weights.clear();
         for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
-            weights[c] = 0;
+            weights.push(0);
             if exclude & (1 << c) != 0 {
                 continue;
             }
@@ -639,16 +673,21 @@ impl Classes {
         if steps == 0 {
             return;
         }
-        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
-            if weights[c] != 0 {
-                class
-                    .current
-                    .fetch_add(weights[c].saturating_mul(steps), Ordering::Relaxed);
+        // One RMW per class whose credit moves: the winner's gain and payment net out (a sole
+        // ready class's refund writes nothing).
+        let paid = total.saturating_mul(steps);
+        let end = weights.len().max(winner + 1);
+        for (c, class) in self.classes[..end].iter().enumerate() {
+            let gain = weights.get(c).copied().unwrap_or(0);
+            let mut delta = gain.saturating_mul(steps);
+            if c == winner {
+                delta = delta.saturating_sub(paid);
+            }
+            if delta != 0 {
+                // Relaxed: SWRR credits are weights, read by picks as snapshots.
+                class.current.fetch_add(delta, Ordering::Relaxed);
             }
         }
-        self.classes[winner]
-            .current
-            .fetch_sub(total.saturating_mul(steps), Ordering::Relaxed);
         if steps > 0 {
             // A charge beyond the unit step: the batch's later picks assumed the credits before.
             self.invalidate();
@@ -658,12 +697,13 @@ impl Classes {
     /// Charges class `winner` for `steps` unit steps at today's weights (cost corrections).
     /// Returns the total gain it charged at.
     pub(crate) fn charge(&self, winner: usize, steps: i64) -> i64 {
-        let mut weights = [0i64; CLASS_LIMIT];
+        let mut weights = ClassWeights::new();
         let mut total = 0;
-        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+        for class in self.classes[..self.allocated()].iter() {
             let ready = class.ready.load(Ordering::Relaxed).max(0);
-            weights[c] = if ready > 0 { class.gain(ready) } else { 0 };
-            total += weights[c];
+            let gain = if ready > 0 { class.gain(ready) } else { 0 };
+            weights.push(gain);
+            total += gain;
         }
         if total > 0 {
             self.repeat(winner, total, &weights, steps);
@@ -734,6 +774,7 @@ impl Classes {
 
     /// Tenants counted ready in `class` (in its ring, visiting, or held by a granter).
     pub(crate) fn ready(&self, class: usize) -> i64 {
+        // Relaxed: a hint for a bounded wait; the ring decides.
         self.classes[class].ready.load(Ordering::Relaxed)
     }
 

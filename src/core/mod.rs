@@ -62,9 +62,19 @@ const CLOCK_STEP: u64 = MS;
 const SHARDS: usize = 8;
 /// Push attempts into a tenant's ring, each after a compaction, before a request is refused.
 const PUSH_ATTEMPTS: usize = 16;
+/// Tenant slots above which a grant prefetches the next grantee's lines: below, they stay in the
+/// caches anyway (2048 slots are about 1 MB with their rings).
+#[cfg(not(loom))]
+const PREFETCH_ABOVE: usize = 2048;
 /// Tenants one pick tries in its class after spent visits before it hands the pick back. Only a
 /// reduced effective weight (fleet mode) or a cost above the quantum spends visits.
 const SPENT_VISITS: u32 = 8;
+/// Rounds of the spin on a class whose tenants another granter holds: `2^k` spin hints in round
+/// `k`, 63 in all (tens of ns each), about the holder's few stores. Under loom one yield.
+#[cfg(not(loom))]
+const HOLD_SPIN_ROUNDS: u32 = 6;
+#[cfg(loom)]
+const HOLD_SPIN_ROUNDS: u32 = 1;
 
 /// The sizes and bounds the core is built with (from `Config`, validated there).
 #[derive(Clone, Debug)]
@@ -149,6 +159,8 @@ enum Served {
     /// Its DRR visit was spent (credit short of its head's cost): the class's next tenant may
     /// use the pick.
     Spent,
+    /// Every permit was out when it came to granting: the tenant was put back.
+    AtCapacity,
 }
 
 /// The scheduler core, with the features `H` plugged into its seam.
@@ -533,7 +545,8 @@ impl<H: Hooks> Core<H> {
             .advance(&self.tenants, now, |t| self.place(t, None, false, now));
         self.hooks
             .blocked_due(now, &mut |t| self.place(t, None, false, now));
-        if !self.permits.acquire() {
+        // A read: the permit itself is taken with the grant (`Permits::grant`).
+        if self.permits.at_capacity() {
             return NextGrant::AtCapacity;
         }
         // A class owed service out of turn (the starvation guard, off by default) goes first,
@@ -546,19 +559,16 @@ impl<H: Hooks> Core<H> {
                         self.hooks.served_out_of_turn();
                         return NextGrant::Granted(grant);
                     }
-                    Served::Expired(expired) => {
-                        self.permits.release();
-                        return NextGrant::Expired(expired);
-                    }
+                    Served::Expired(expired) => return NextGrant::Expired(expired),
+                    Served::AtCapacity => return NextGrant::AtCapacity,
                     Served::Nothing | Served::Spent => {}
                 }
             }
         }
-        let mut weights: ClassWeights = [0; CLASS_LIMIT];
+        let mut weights = ClassWeights::new();
         let mut exclude = 0u64;
         loop {
             let Some((class, total)) = self.classes.pick(exclude, &mut weights) else {
-                self.permits.release();
                 return NextGrant::Empty;
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
@@ -575,7 +585,7 @@ impl<H: Hooks> Core<H> {
             };
             match served {
                 None => {
-                    // Another granter holds this class's tenants right now.
+                    // Another granter holds this class's tenants, longer than a spin.
                     self.classes.refund(class, total, &weights);
                     exclude |= 1 << class;
                 }
@@ -586,8 +596,11 @@ impl<H: Hooks> Core<H> {
                 }
                 Some(Served::Expired(expired)) => {
                     self.classes.refund(class, total, &weights);
-                    self.permits.release();
                     return NextGrant::Expired(expired);
+                }
+                Some(Served::AtCapacity) => {
+                    self.classes.refund(class, total, &weights);
+                    return NextGrant::AtCapacity;
                 }
                 Some(Served::Nothing | Served::Spent) => {
                     self.classes.refund(class, total, &weights)
@@ -597,20 +610,20 @@ impl<H: Hooks> Core<H> {
     }
 
     /// Takes a tenant from the picked class. When the ring is empty but the class still counts
-    /// ready tenants, another granter holds them for a few hundred ns: wait briefly rather than
-    /// serve another class out of turn, which would skew shares when tenants are few. Gives up
-    /// after a bounded backoff, so a preempted holder never blocks us.
+    /// ready tenants, another granter holds them for a few dozen ns: spin briefly (never yield,
+    /// never sleep) rather than serve another class out of turn, which would skew shares when
+    /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
     fn take_tenant(&self, class: usize) -> Option<(SlotId, bool)> {
-        let backoff = Backoff::new();
-        loop {
+        for round in 0..=HOLD_SPIN_ROUNDS {
             if let Some(taken) = self.classes.take(class) {
                 return Some(taken);
             }
-            if self.classes.ready(class) <= 0 || backoff.is_completed() {
+            if round == HOLD_SPIN_ROUNDS || self.classes.ready(class) <= 0 {
                 return None;
             }
-            backoff.snooze();
+            crate::sync::spin(1 << round);
         }
+        None
     }
 
     /// Serves the tenant `t`, just taken from class `class`: sweeps dead heads, reports an expired
@@ -686,17 +699,29 @@ impl<H: Hooks> Core<H> {
                 self.classes.put_back(class, t, false, slot);
                 return Served::Spent;
             }
-            if !self.tickets.transition(head, QUEUED, GRANTED) {
+            // The permit: one CAS (the request's global place stays counted until it ends).
+            if self.permits.grant().is_err() {
                 if let Some(u) = self.hooks.unadmit(fields.downstream) {
                     self.place(u, None, false, now);
                 }
-                continue; // a cancel won; the next round sweeps it
+                // Its credit covers the head: it stays next in its class.
+                self.classes.put_back(class, t, true, slot);
+                return Served::AtCapacity;
+            }
+            if !self.tickets.transition(head, QUEUED, GRANTED) {
+                // A cancel won, and gave the request's place back itself.
+                self.permits.ungrant();
+                if let Some(u) = self.hooks.unadmit(fields.downstream) {
+                    self.place(u, None, false, now);
+                }
+                continue; // the next round sweeps it
             }
             slot.credit.store(
                 credit - i64::from(cost) * i64::from(FACTOR_ONE),
                 Ordering::Relaxed,
             );
-            self.unreserve(t);
+            // Relaxed: a bound counter (the global place goes back when the grant ends).
+            slot.depth.fetch_sub(1, Ordering::Relaxed);
             self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
             let waited_ns = now.saturating_sub(fields.enqueued_at);
@@ -723,10 +748,13 @@ impl<H: Hooks> Core<H> {
                 remaining_budget_ns: fields.deadline.saturating_sub(now),
             };
             self.after_turn(t, class, true, now);
-            // Hints for a prefetch, which is a no-op under loom: their atomics would only
-            // multiply the interleavings the models explore.
+            // Hints for a prefetch, which is a no-op under loom (their atomics would only
+            // multiply the interleavings the models explore), and pays only when the tenant table
+            // outgrows the caches.
             #[cfg(not(loom))]
-            self.prefetch_successor(t, class);
+            if self.tenants.len() > PREFETCH_ABOVE {
+                self.prefetch_successor(t, class);
+            }
             return Served::Grant(grant, cost);
         }
     }

@@ -6,7 +6,7 @@ use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 
 /// Timing-wheel granularity: 2^20 ns, about 1.05 ms.
 const TICK_SHIFT: u32 = 20;
-/// Buckets: a horizon of about 268 ms. Later entries wait in their bucket and are re-parked.
+/// Buckets: a horizon of about 268 ms.
 const BUCKETS: u64 = 256;
 /// The latest not-before time the engine stores: two ticks before the end of the `u64` range.
 /// A tenant is parked in the tick after the cursor at the earliest, and the last tick has none
@@ -14,6 +14,12 @@ const BUCKETS: u64 = 256;
 /// clock the engine holds lags the latest time by less than a tick, so by then every head is
 /// ready instead.
 pub(crate) const LATEST_NOT_BEFORE: u64 = u64::MAX - (2 << TICK_SHIFT);
+/// A tenant parks for at most this many ticks (about 8.4 ms), then its head is checked again
+/// and it parks again if still not ready. A parked tenant cannot be taken out of its bucket, so
+/// this bounds how long the requests behind a head wait when that head is cancelled (they must
+/// not wait out its Retry-After). Callers already wake every tick while anything is parked
+/// (`next_tick_ns`), so the re-checks cost no extra wake-ups.
+const RECHECK_TICKS: u64 = 8;
 
 /// Tenants whose staged head is not ready yet, bucketed by the tick it becomes ready.
 ///
@@ -46,7 +52,7 @@ impl Wheel {
     #[must_use]
     pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) -> Option<u64> {
         let cursor = self.cursor.load(Ordering::SeqCst);
-        let tick = (not_before >> TICK_SHIFT).max(cursor + 1);
+        let tick = (not_before >> TICK_SHIFT).clamp(cursor + 1, cursor + RECHECK_TICKS);
         let bucket = &self.buckets[(tick % BUCKETS) as usize];
         self.parked.fetch_add(1, Ordering::Relaxed);
         let slot = tenants.slot(tenant);
