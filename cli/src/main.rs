@@ -1,9 +1,10 @@
 //! `fairq`: the fair admission queue's command line.
 //!
 //! - `fairq simulate` (also a bare `fairq`, and `cargo run --release`): replays one arrival trace
-//!   through a FIFO queue, deficit round robin and the real fairq engine, on a virtual clock, and
-//!   reports per-tenant waits, refusals, fair-share ratios and starvation against the alert
-//!   thresholds, with an SVG chart.
+//!   through a FIFO queue, deficit round robin, the real fairq engine and the `ideal` reference
+//!   (strict priority over the tenants marked bursting), on a virtual clock, and reports
+//!   per-tenant waits, refusals, fair-share ratios and starvation against the alert thresholds,
+//!   whether the tenants not marked bursting were isolated, and an SVG chart.
 //! - `fairq bench`: grants per second of the engine on this machine.
 //! - `fairq fleet-replica` (hidden, feature `fleet`): one replica for the fleet harness.
 //!
@@ -50,7 +51,8 @@ Exit status:
 #[command(
     name = "fairq",
     version,
-    about = "Weighted fair admission queue: simulate FIFO vs DRR vs fairq, or benchmark the engine",
+    about = "Weighted fair admission queue: simulate FIFO vs DRR vs fairq vs ideal isolation, or \
+             benchmark the engine",
     args_conflicts_with_subcommands = true,
     after_help = EXIT_STATUS
 )]
@@ -63,7 +65,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay one arrival trace through fifo, drr and fairq (the default command).
+    /// Replay one arrival trace through fifo, drr, fairq and ideal (the default command).
     #[command(after_help = EXIT_STATUS)]
     Simulate(SimulateArgs),
     /// Measure the engine's grants per second (enqueue -> next_grant -> complete cycles).
@@ -90,8 +92,9 @@ struct SimulateArgs {
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Schedulers to run, in report order.
-    #[arg(long, value_delimiter = ',', default_value = "fifo,drr,fairq")]
+    /// Schedulers to run, in report order. ideal is the reference of the isolation verdict:
+    /// without it, isolation is not judged.
+    #[arg(long, value_delimiter = ',', default_value = "fifo,drr,fairq,ideal")]
     schedulers: Vec<String>,
     /// Print only the JSON document on stdout.
     #[arg(long)]
@@ -310,7 +313,7 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
         );
         for run in &runs {
             text += &report::table(run);
-            for v in report::verdicts(run) {
+            for v in report::verdicts(run, report::reference(&runs)) {
                 text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
             }
             text += &report::downstreams(&scenario, run);
