@@ -130,7 +130,7 @@ pub struct Downstream {
     /// Name, referred to by `[[tenants]] downstream`.
     pub name: String,
     /// fairq's bulkhead pool for it: most of its requests in service at once,
-    /// 1..=`backend.max_in_flight` (fifo and drr only have the backend's slots).
+    /// 1..=`backend.max_in_flight` (fifo, drr and ideal only have the backend's slots).
     #[serde(deserialize_with = "in_flight_range")]
     pub max_in_flight: u32,
     /// Periods during which some of its calls fail.

@@ -122,7 +122,7 @@ fn entry(offer: Offer, now: u64, max_wait_ns: u64) -> Result<Entry, Reason> {
     })
 }
 
-/// Requests held until their Retry-After passes (fifo and drr).
+/// Requests held until their Retry-After passes (fifo, drr and ideal).
 #[derive(Default)]
 struct DelayLine {
     heap: BinaryHeap<Reverse<(u64, Entry)>>,

@@ -196,7 +196,7 @@ pub struct DownstreamResult {
     pub bound: u32,
     /// Mean in-flight count in each second of the run.
     pub in_flight_by_s: Vec<f64>,
-    /// fairq's pool limit in force at the end of each second (empty for fifo and drr).
+    /// fairq's pool limit in force at the end of each second (empty for the others).
     pub limit_by_s: Vec<u64>,
     /// Requests granted to it.
     pub granted: u64,

@@ -207,6 +207,37 @@ fn victims_isolated<'a>(doc: &'a Value, scheduler: &str) -> &'a Value {
 }
 
 #[test]
+fn ideal_runs_by_default_only_when_a_tenant_is_marked_bursting() {
+    let names = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["simulate", "--duration", "3", "--json", "--no-chart"];
+        args.extend_from_slice(extra);
+        let out = fairq(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["schedulers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(&["-s", "noisy-neighbour"]),
+        ["fifo", "drr", "fairq", "ideal"]
+    );
+    assert_eq!(names(&["-s", "tiers-steady"]), ["fifo", "drr", "fairq"]);
+    // Asked for, it runs anyway: with nothing marked it is a FIFO queue with fairq's bounds.
+    assert_eq!(
+        names(&["-s", "tiers-steady", "--schedulers", "fairq,ideal"]),
+        ["fairq", "ideal"]
+    );
+}
+
+#[test]
 fn ideal_serves_the_bursting_tenants_last() {
     let (doc, _) = runs();
     for id in VICTIMS {
@@ -256,12 +287,8 @@ fn victims_isolated_in_json_is_the_1_2x_plus_half_a_millisecond_rule() {
     }
 }
 
-#[test]
-#[ignore = "not met until the light-tenant lane: fairq's victims' p95 over 1.2x ideal + 0.5 ms: \
-            enterprise 3.06 ms (limit 3.76, ratio 0.82), pro 5.47 (3.75, 1.46), starter 5.81 \
-            (3.79, 1.53), free 10.1 (3.88, 2.61); each waits for its class's SWRR turn"]
-fn under_fairq_victims_p95_within_1_2x_of_ideal_plus_half_a_millisecond() {
-    let (doc, _) = runs();
+/// Fails, with every victim's ratio, unless fairq isolated the victims in `doc`.
+fn assert_fairq_isolates_the_victims(doc: &Value) {
     let ratios = isolation_ratios(doc, "fairq");
     for (id, p95, ideal, ratio) in &ratios {
         eprintln!(
@@ -276,6 +303,37 @@ fn under_fairq_victims_p95_within_1_2x_of_ideal_plus_half_a_millisecond() {
         .collect();
     assert!(over.is_empty(), "{}", over.join("; "));
     assert_eq!(*victims_isolated(doc, "fairq"), Value::Bool(true));
+}
+
+#[test]
+#[ignore = "not met until the light-tenant lane: fairq's victims' p95 over 1.2x ideal + 0.5 ms: \
+            enterprise 3.06 ms (limit 3.76, ratio 0.82), pro 5.47 (3.75, 1.46), starter 5.81 \
+            (3.79, 1.53), free 10.1 (3.88, 2.61); each waits for its class's SWRR turn"]
+fn under_fairq_victims_p95_within_1_2x_of_ideal_plus_half_a_millisecond() {
+    let (doc, _) = runs();
+    assert_fairq_isolates_the_victims(doc);
+}
+
+#[test]
+#[ignore = "the README's hour-long run (use --release); not met until the light-tenant lane: \
+            enterprise 2.92 ms (limit 3.61, ratio 0.81), pro 5.30 (3.62, 1.46), starter 5.97 \
+            (3.61, 1.66), free 9.26 (3.58, 2.59)"]
+fn under_fairq_victims_isolated_in_the_hour_long_noisy_neighbour_run() {
+    let out = fairq(&[
+        "simulate",
+        "--json",
+        "--no-chart",
+        "--schedulers",
+        "fairq,ideal",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["scenario"], "noisy-neighbour");
+    assert_fairq_isolates_the_victims(&doc);
 }
 
 #[test]
