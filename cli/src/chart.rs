@@ -177,7 +177,7 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
             let (plot, legend) = panel.split_horizontally(1100 - LEGEND_WIDTH);
             let mut chart = ChartBuilder::on(&plot)
                 .caption(
-                    format!("{} - p95 wait (ms, log scale)", run.name),
+                    format!("{} - p95 wait (ms, log scale)", caption(run.name)),
                     ("sans-serif", 16),
                 )
                 .margin(8)
@@ -359,4 +359,13 @@ pub fn write(path: &Path, scenario: &Scenario, runs: &[RunResult]) -> Result<(),
     let svg = render(scenario, runs)?;
     std::fs::write(path, svg)
         .map_err(|e| format!("cannot write the chart to {}: {e}", path.display()))
+}
+
+/// A panel's name: the reference says what it is.
+fn caption(name: &str) -> String {
+    if name == crate::sched::REFERENCE {
+        format!("{name} (reference: tenants marked bursting served last)")
+    } else {
+        name.to_string()
+    }
 }

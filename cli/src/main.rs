@@ -1,9 +1,10 @@
 //! `fairq`: the fair admission queue's command line.
 //!
 //! - `fairq simulate` (also a bare `fairq`, and `cargo run --release`): replays one arrival trace
-//!   through a FIFO queue, deficit round robin and the real fairq engine, on a virtual clock, and
-//!   reports per-tenant waits, refusals, fair-share ratios and starvation against the alert
-//!   thresholds, with an SVG chart.
+//!   through a FIFO queue, deficit round robin, the real fairq engine and the `ideal` reference
+//!   (strict priority over the tenants marked bursting), on a virtual clock, and reports
+//!   per-tenant waits, refusals, fair-share ratios and starvation against the alert thresholds,
+//!   whether the tenants not marked bursting were isolated, and an SVG chart.
 //! - `fairq bench`: grants per second of the engine on this machine.
 //! - `fairq fleet-replica` (hidden, feature `fleet`): one replica for the fleet harness.
 //!
@@ -50,7 +51,8 @@ Exit status:
 #[command(
     name = "fairq",
     version,
-    about = "Weighted fair admission queue: simulate FIFO vs DRR vs fairq, or benchmark the engine",
+    about = "Weighted fair admission queue: simulate FIFO vs DRR vs fairq vs ideal isolation, or \
+             benchmark the engine",
     args_conflicts_with_subcommands = true,
     after_help = EXIT_STATUS
 )]
@@ -63,7 +65,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay one arrival trace through fifo, drr and fairq (the default command).
+    /// Replay one arrival trace through fifo, drr, fairq and ideal (the default command).
     #[command(after_help = EXIT_STATUS)]
     Simulate(SimulateArgs),
     /// Measure the engine's grants per second (enqueue -> next_grant -> complete cycles).
@@ -90,9 +92,11 @@ struct SimulateArgs {
     /// Override the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
-    /// Schedulers to run, in report order.
-    #[arg(long, value_delimiter = ',', default_value = "fifo,drr,fairq")]
-    schedulers: Vec<String>,
+    /// Schedulers to run, in report order [default: fifo,drr,fairq, and ideal when the scenario
+    /// marks a tenant bursting]. ideal is the reference of the isolation verdict: without it,
+    /// isolation is not judged.
+    #[arg(long, value_delimiter = ',')]
+    schedulers: Option<Vec<String>>,
     /// Print only the JSON document on stdout.
     #[arg(long)]
     json: bool,
@@ -201,7 +205,7 @@ fn load_scenario(args: &SimulateArgs) -> Result<Scenario, String> {
     if let Some(seed) = args.seed {
         scenario.seed = seed;
     }
-    for name in &args.schedulers {
+    for name in args.schedulers.iter().flatten() {
         if !sched::NAMES.contains(&name.as_str()) {
             return Err(format!(
                 "unknown scheduler `{name}`; choose from {}",
@@ -234,9 +238,23 @@ fn check_writable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The schedulers asked for, or the default: fifo, drr, fairq, and the `ideal` reference when
+/// the scenario marks a tenant bursting (without one it is only a FIFO queue with bounds).
+fn schedulers(args: &SimulateArgs, scenario: &Scenario) -> Vec<String> {
+    if let Some(names) = &args.schedulers {
+        return names.clone();
+    }
+    let mut names: Vec<String> = ["fifo", "drr", "fairq"].map(String::from).into();
+    if scenario.tenants.iter().any(|t| t.bursting) {
+        names.push(sched::REFERENCE.to_string());
+    }
+    names
+}
+
 fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
     let started = Instant::now();
     let scenario = load_scenario(args)?;
+    let schedulers = schedulers(args, &scenario);
     if !args.no_chart {
         check_writable(&args.chart)?;
     }
@@ -244,7 +262,7 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
     let config = scenario.engine_config();
     let virtual_s = trace.duration_ns / trace::SEC;
     let bar = ProgressBar::with_draw_target(
-        Some(virtual_s * args.schedulers.len() as u64),
+        Some(virtual_s * schedulers.len() as u64),
         ProgressDrawTarget::hidden(),
     );
     bar.set_style(
@@ -254,10 +272,9 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    bar.set_message(format!("{} x{}", scenario.name, args.schedulers.len()));
+    bar.set_message(format!("{} x{}", scenario.name, schedulers.len()));
     let runs: Vec<RunResult> = std::thread::scope(|scope| {
-        let handles: Vec<_> = args
-            .schedulers
+        let handles: Vec<_> = schedulers
             .iter()
             .map(|name| {
                 let (scenario, trace, config, bar) = (&scenario, &trace, &config, &bar);
@@ -313,7 +330,7 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
         );
         for run in &runs {
             text += &report::table(run);
-            for v in report::verdicts(run) {
+            for v in report::verdicts(run, report::reference(&runs)) {
                 text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
             }
             text += &report::downstreams(&scenario, run);

@@ -1,5 +1,6 @@
 //! The simulation's outputs: the per-tenant tables, the verdict lines against the alert
-//! thresholds, the bottom line per scheduler, and the `--json` document.
+//! thresholds, the isolation verdict against the `ideal` reference, the bottom line per
+//! scheduler, and the `--json` document.
 
 use std::fmt::Write as _;
 
@@ -22,6 +23,14 @@ pub const P95_RISE_FACTOR: f64 = 1.2;
 pub const P95_RISE_FLOOR_MS: f64 = 1.0;
 /// Alert threshold: refusal rates further apart than this (percentage points) call for re-tuning.
 pub const REFUSAL_SPREAD_PP: f64 = 15.0;
+/// The refusal-spread alert is expected by design when every tenant not marked bursting lost
+/// under this share (%) of its requests: the spread is the bursting tenants' excess refused.
+pub const SPARED_REFUSAL_PCT: f64 = 1.0;
+/// Isolation: a tenant not marked bursting is isolated while its p95 wait is at most this
+/// factor times its p95 under the `ideal` reference…
+pub const ISOLATION_FACTOR: f64 = 1.2;
+/// …plus this much (ms), so that a reference p95 near 0 does not ask for the impossible.
+pub const ISOLATION_SLACK_MS: f64 = 0.5;
 
 const REASONS: [(Reason, &str); 5] = [
     (Reason::QueueFull, "q_full"),
@@ -87,6 +96,13 @@ pub fn table(run: &RunResult) -> String {
         100.0 * granted as f64 / offered.max(1) as f64,
         run.events,
     );
+    if run.name == crate::sched::REFERENCE && !run.rows.iter().any(|r| r.bursting) {
+        let _ = writeln!(
+            out,
+            "(no tenant is marked bursting: {} serves every request in arrival order)",
+            run.name
+        );
+    }
     let _ = write!(
         out,
         "{:<name_width$} {:>4} {:>9} {:>9}",
@@ -348,20 +364,40 @@ pub struct Verdict {
     pub name: &'static str,
     /// Whether the threshold was crossed.
     pub alert: bool,
+    /// The alert is expected by design: only the tenants the scenario marks bursting crossed
+    /// it (refusing a burster's excess is the point). The reason, printed with it.
+    pub expected: Option<&'static str>,
     /// The line, without the status word.
     pub text: String,
 }
 
 impl Verdict {
-    /// `ALERT` or `ok`, then the text.
+    fn new(name: &'static str, alert: bool, text: String) -> Verdict {
+        Verdict {
+            name,
+            alert,
+            expected: None,
+            text,
+        }
+    }
+
+    /// `ALERT` or `ok`, then the text; an expected alert says so first.
     pub fn line(&self) -> String {
-        format!(
-            "{:<5} {}",
-            if self.alert { "ALERT" } else { "ok" },
-            self.text
-        )
+        match (self.alert, self.expected) {
+            (true, Some(why)) => format!("ALERT expected by design ({why}): {}", self.text),
+            (true, None) => format!("ALERT {}", self.text),
+            (false, _) => format!("ok    {}", self.text),
+        }
+    }
+
+    /// An alert that is not expected by design.
+    pub fn unexpected_alert(&self) -> bool {
+        self.alert && self.expected.is_none()
     }
 }
+
+/// Why an alert that only bursting tenants crossed is expected.
+const ONLY_BURSTING: &str = "only tenants marked bursting";
 
 fn mmss(ns: u64) -> String {
     let s = ns / SEC;
@@ -393,9 +429,11 @@ pub fn min_moving_fair_share(row: &RowResult, window_ns: u64) -> Option<(f64, u6
     best
 }
 
-/// The verdict lines of one run against the alert thresholds.
-pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
+/// The verdict lines of one run against the alert thresholds, and, when `reference` (the
+/// `ideal` run of the same trace) is given, the isolation verdict.
+pub fn verdicts(run: &RunResult, reference: Option<&RunResult>) -> Vec<Verdict> {
     let mut out = Vec::new();
+    let bursting = |name: &str| run.rows.iter().any(|r| r.name == name && r.bursting);
 
     // 1. fair_share_ratio, 10-minute moving average, under 0.7.
     let mut worst: Vec<(String, f64, u64)> = run
@@ -406,14 +444,18 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
         })
         .collect();
     worst.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let bad: Vec<String> = worst
+    let below: Vec<&(String, f64, u64)> = worst.iter().filter(|w| w.1 < FAIR_SHARE_ALERT).collect();
+    let bad: Vec<String> = below
         .iter()
-        .filter(|w| w.1 < FAIR_SHARE_ALERT)
         .map(|(n, v, at)| format!("{n} {v:.2} from {}", mmss(*at)))
         .collect();
     out.push(Verdict {
-        name: "fair share",
+        name: "fair\u{a0}share",
         alert: !bad.is_empty(),
+        expected: below
+            .iter()
+            .all(|w| bursting(&w.0))
+            .then_some(ONLY_BURSTING),
         text: if bad.is_empty() {
             format!(
                 "fair_share_ratio (10-min moving) >= {FAIR_SHARE_ALERT} for every tenant; \
@@ -436,10 +478,13 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
         .iter()
         .max_by_key(|r| r.max_starvation_ns)
         .expect("at least one row");
-    let starved: Vec<String> = run
+    let starved_rows: Vec<&RowResult> = run
         .rows
         .iter()
         .filter(|r| r.max_starvation_ns > STARVATION_ALERT_NS)
+        .collect();
+    let starved: Vec<String> = starved_rows
+        .iter()
         .map(|r| {
             format!(
                 "{} {:.1}\u{a0}s",
@@ -451,6 +496,10 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
     out.push(Verdict {
         name: "starvation",
         alert: !starved.is_empty(),
+        expected: starved_rows
+            .iter()
+            .all(|r| r.bursting)
+            .then_some(ONLY_BURSTING),
         text: if starved.is_empty() {
             format!(
                 "starvation_window <=\u{a0}30\u{a0}s for every tenant; longest {} {:.2}\u{a0}s",
@@ -462,7 +511,7 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
         },
     });
 
-    out.push(dominance(run));
+    let (mut dominated, only_bursting) = dominance(run);
 
     // 4. refusal-rate spread over 15 pp.
     let rates: Vec<(&RowResult, f64)> = run
@@ -492,16 +541,100 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
                     "among tenants that asked no more than their fair share: {s:.1}\u{a0}pp ({h}, {l})"
                 )
             });
+        // Expected by design when the refusals are the bursting tenants' excess: some tenant
+        // is marked bursting, and every other one lost under `SPARED_REFUSAL_PCT` of its
+        // requests.
+        let spared = rates.iter().any(|(r, _)| r.bursting)
+            && rates
+                .iter()
+                .all(|(r, rate)| r.bursting || *rate < SPARED_REFUSAL_PCT);
         out.push(Verdict {
-            name: "refusal spread",
+            name: "refusal\u{a0}spread",
             alert: all > REFUSAL_SPREAD_PP,
+            expected: spared.then_some("only tenants marked bursting are refused"),
             text: format!(
                 "refusal-rate spread {}\u{a0}{REFUSAL_SPREAD_PP}\u{a0}pp: {all:.1}\u{a0}pp ({hi}, {lo}); {inside}",
                 if all > REFUSAL_SPREAD_PP { ">" } else { "<=" }
             ),
         });
     }
+    // The tenants marked bursting taking the capacity the others leave is work conservation:
+    // expected by design while the others stay isolated (the reference isolates by definition).
+    let isolation = reference
+        .filter(|r| r.name != run.name)
+        .and_then(|reference| isolation(run, reference));
+    let isolated = match &isolation {
+        Some(v) => !v.alert,
+        None => reference.is_some_and(|r| r.name == run.name && isolation_rows(r, r).is_some()),
+    };
+    if only_bursting && isolated {
+        dominated.expected = Some("only tenants marked bursting, and the others isolated");
+    }
+    out.insert(2, dominated);
+    out.extend(isolation);
     out
+}
+
+/// One tenant row's isolation figures: (name, p95 ms, reference p95 ms, limit ms).
+pub type Isolation = (String, f64, f64, f64);
+
+/// Per row not marked bursting, with granted requests under both runs: its p95 wait, its p95
+/// under `reference`, and the limit (`ISOLATION_FACTOR` x the reference + `ISOLATION_SLACK_MS`).
+/// `None` when the scenario marks no tenant bursting, or every tenant.
+pub fn isolation_rows(run: &RunResult, reference: &RunResult) -> Option<Vec<Isolation>> {
+    let marked = run.rows.iter().filter(|r| r.bursting).count();
+    if marked == 0 || marked == run.rows.len() {
+        return None;
+    }
+    Some(
+        run.rows
+            .iter()
+            .zip(&reference.rows)
+            .filter(|(r, _)| !r.bursting)
+            .filter_map(|(r, base)| {
+                let p95 = r.wait_percentile_ms(0.95)?;
+                let base = base.wait_percentile_ms(0.95)?;
+                Some((
+                    r.name.clone(),
+                    p95,
+                    base,
+                    ISOLATION_FACTOR * base + ISOLATION_SLACK_MS,
+                ))
+            })
+            .collect(),
+    )
+}
+
+/// Whether the tenants not marked bursting were isolated from those marked: each one's p95 wait
+/// within `ISOLATION_FACTOR` x its p95 under `reference` plus `ISOLATION_SLACK_MS`.
+fn isolation(run: &RunResult, reference: &RunResult) -> Option<Verdict> {
+    let rows = isolation_rows(run, reference)?;
+    let over: Vec<&Isolation> = rows.iter().filter(|r| r.1 > r.3).collect();
+    let fmt = |r: &Isolation| {
+        format!(
+            "{} {}\u{a0}ms (ideal {}\u{a0}ms, limit {}\u{a0}ms)",
+            r.0,
+            ms(Some(r.1)),
+            ms(Some(r.2)),
+            ms(Some(r.3))
+        )
+    };
+    let rule = format!(
+        "p95 wait of every tenant not marked bursting <=\u{a0}{ISOLATION_FACTOR}x its p95 under {} \
+         +\u{a0}{ISOLATION_SLACK_MS}\u{a0}ms",
+        reference.name
+    );
+    let text = if over.is_empty() {
+        let closest = rows
+            .iter()
+            .max_by(|a, b| (a.1 / a.3).total_cmp(&(b.1 / b.3)))
+            .map_or("-".into(), fmt);
+        format!("isolated: {rule}; closest {closest}")
+    } else {
+        let list: Vec<String> = over.iter().map(|r| fmt(r)).collect();
+        format!("not isolated: {rule} fails for {}", list.join(", "))
+    };
+    Some(Verdict::new("isolation", !over.is_empty(), text))
 }
 
 /// The throttling trigger: one tenant over 40% of throughput while the others' p95 rises.
@@ -510,7 +643,9 @@ pub fn verdicts(run: &RunResult) -> Vec<Verdict> {
 /// grants (a group counts its average member). Another row's p95 *rises* when its p95 wait in
 /// the dominated buckets is over 1.2× and at least 1 ms above its p95 in the buckets nobody
 /// dominates.
-fn dominance(run: &RunResult) -> Verdict {
+///
+/// Also whether every tenant that dominated while the others' p95 rose is marked bursting.
+fn dominance(run: &RunResult) -> (Verdict, bool) {
     let buckets = run.rows[0].grants_by_bucket.len();
     let totals: Vec<u64> = (0..buckets)
         .map(|b| run.rows.iter().map(|r| r.grants_by_bucket[b]).sum())
@@ -535,6 +670,7 @@ fn dominance(run: &RunResult) -> Verdict {
     };
     let mut notes = Vec::new();
     let mut alert = false;
+    let mut only_bursting = true;
     for x in &run.rows {
         let dom: Vec<usize> = (0..buckets).filter(|&b| dominates(x, b)).collect();
         if dom.is_empty() {
@@ -586,15 +722,17 @@ fn dominance(run: &RunResult) -> Verdict {
             ));
         } else {
             alert = true;
+            only_bursting &= x.bursting;
             notes.push(format!(
                 "{span} while others' p95 rose: {}",
                 risen.join(", ")
             ));
         }
     }
-    Verdict {
-        name: "one tenant > 40%",
+    let verdict = Verdict {
+        name: "one\u{a0}tenant\u{a0}>\u{a0}40%",
         alert,
+        expected: None,
         text: if notes.is_empty() {
             format!(
                 "no tenant took over {:.0}% of throughput",
@@ -607,7 +745,8 @@ fn dominance(run: &RunResult) -> Verdict {
                 notes.join("; ")
             )
         },
-    }
+    };
+    (verdict, only_bursting)
 }
 
 /// Whether a row asked for no more than its fair share (within 5%) over the run.
@@ -615,21 +754,60 @@ fn within_share(r: &RowResult) -> bool {
     r.fair_demand <= 1.05 * r.fair_expected
 }
 
-/// One line per scheduler: how many checks alert, and what the tenants that asked no more than
-/// their fair share got (their worst p95 wait, the share of their requests refused).
+/// The `ideal` run among `runs`, the reference of the isolation verdict.
+pub fn reference(runs: &[RunResult]) -> Option<&RunResult> {
+    runs.iter().find(|r| r.name == crate::sched::REFERENCE)
+}
+
+/// Whether `run` isolated the tenants not marked bursting (see [`isolation_rows`]); `None` when
+/// it is the reference itself, no reference ran, or the scenario marks no tenant bursting.
+pub fn isolated(run: &RunResult, runs: &[RunResult]) -> Option<bool> {
+    let reference = reference(runs).filter(|r| r.name != run.name)?;
+    isolation_rows(run, reference).map(|rows| rows.iter().all(|r| r.1 <= r.3))
+}
+
+/// One line per scheduler: whether the tenants not marked bursting were isolated from those
+/// marked (with the tenant nearest to, or furthest over, its limit), how many of the other
+/// checks alert (and how many of those as expected by design), and what the tenants that asked
+/// no more than their fair share got (their worst p95 wait, the share of their requests
+/// refused).
 pub fn bottom_lines(runs: &[RunResult]) -> String {
-    let mut out = String::from(
-        "bottom line (tenants within their fair share: worst p95 wait, share of requests refused):\n",
-    );
+    let reference = reference(runs);
+    let judged = reference.is_some_and(|r| isolation_rows(r, r).is_some());
+    let mut out = if judged {
+        wrap(
+            &format!(
+                "bottom line (isolated: every tenant not marked bursting waits p95 <=\u{a0}\
+                 {ISOLATION_FACTOR}x its p95 under {} +\u{a0}{ISOLATION_SLACK_MS}\u{a0}ms; then \
+                 the other checks' alerts; then the tenants within their fair share: worst p95 \
+                 wait, share of requests refused):",
+                crate::sched::REFERENCE
+            ),
+            WIDTH,
+            "",
+            "  ",
+        )
+    } else {
+        String::from(
+            "bottom line (tenants within their fair share: worst p95 wait, share of requests refused):\n",
+        )
+    };
     let width = runs.iter().map(|r| r.name.len()).max().unwrap_or(0);
     for run in runs {
-        let verdicts = verdicts(run);
-        let alerts: Vec<&str> = verdicts
-            .iter()
-            .filter(|v| v.alert)
-            .map(|v| v.name)
+        let verdicts: Vec<Verdict> = verdicts(run, reference)
+            .into_iter()
+            .filter(|v| v.name != "isolation")
             .collect();
-        let checks = if alerts.is_empty() {
+        let name_list = |pick: &dyn Fn(&Verdict) -> bool| -> Vec<&str> {
+            verdicts
+                .iter()
+                .filter(|v| pick(v))
+                .map(|v| v.name)
+                .collect()
+        };
+        let alerts = name_list(&|v| v.unexpected_alert());
+        let expected = name_list(&|v| v.alert && v.expected.is_some());
+        let mut checks = if alerts.is_empty() {
             format!("no check of {} alerts", verdicts.len())
         } else {
             format!(
@@ -638,6 +816,42 @@ pub fn bottom_lines(runs: &[RunResult]) -> String {
                 verdicts.len(),
                 alerts.join(", ")
             )
+        };
+        if !expected.is_empty() {
+            let by_design = if alerts.is_empty() {
+                " except".to_string()
+            } else {
+                format!(" and {}", expected.len())
+            };
+            let _ = write!(
+                checks,
+                "{by_design} as expected by design ({})",
+                expected.join(", ")
+            );
+        }
+        let isolation = match reference.filter(|r| judged && r.name != run.name) {
+            None if judged => "the reference; ".to_string(),
+            None => String::new(),
+            Some(reference) => {
+                let rows = isolation_rows(run, reference).unwrap_or_default();
+                let worst = rows
+                    .iter()
+                    .max_by(|a, b| (a.1 / a.3).total_cmp(&(b.1 / b.3)));
+                let (word, which) = if rows.iter().all(|r| r.1 <= r.3) {
+                    ("isolated", "closest")
+                } else {
+                    ("NOT isolated", "worst")
+                };
+                match worst {
+                    Some(w) => format!(
+                        "{word} ({which}: {} p95 {}\u{a0}ms, limit {}\u{a0}ms); ",
+                        w.0,
+                        ms(Some(w.1)),
+                        ms(Some(w.3))
+                    ),
+                    None => format!("{word}; "),
+                }
+            }
         };
         let within: Vec<&RowResult> = run.rows.iter().filter(|r| within_share(r)).collect();
         let fared = if within.is_empty() {
@@ -655,7 +869,7 @@ pub fn bottom_lines(runs: &[RunResult]) -> String {
                 100.0 * refused as f64 / offered.max(1) as f64
             )
         };
-        let line = format!("{:<width$}  {checks}; {fared}", run.name);
+        let line = format!("{:<width$}  {isolation}{checks}; {fared}", run.name);
         out += &wrap(&line, WIDTH, "  ", "    ");
     }
     out
@@ -666,16 +880,20 @@ fn round(v: f64, digits: i32) -> f64 {
     (v * m).round() / m
 }
 
-/// The `--json` document: `{"scenario", "schedulers": [{"name", "tenants": [...]}]}`.
+/// The `--json` document: `{"scenario", "schedulers": [{"name", "victims_isolated",
+/// "tenants": [...]}]}`. `victims_isolated` is the isolation verdict (`null` for the reference
+/// itself, without the reference, or when the scenario marks no tenant bursting).
 pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
     json!({
         "scenario": scenario.name,
         "schedulers": runs.iter().map(|run| {
             let mut doc = json!({
                 "name": run.name,
+                "victims_isolated": isolated(run, runs),
                 "tenants": run.rows.iter().map(|r| json!({
                     "id": r.name,
                     "weight": r.weight,
+                    "bursting": r.bursting,
                     "offered": r.offered,
                     "granted": r.granted,
                     "refused": r.refused_total(),

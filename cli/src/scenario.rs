@@ -130,7 +130,7 @@ pub struct Downstream {
     /// Name, referred to by `[[tenants]] downstream`.
     pub name: String,
     /// fairq's bulkhead pool for it: most of its requests in service at once,
-    /// 1..=`backend.max_in_flight` (fifo and drr only have the backend's slots).
+    /// 1..=`backend.max_in_flight` (fifo, drr and ideal only have the backend's slots).
     #[serde(deserialize_with = "in_flight_range")]
     pub max_in_flight: u32,
     /// Periods during which some of its calls fail.
@@ -173,7 +173,7 @@ fn twenty() -> u32 {
     20
 }
 
-/// Budget, timeout and bound rules, applied alike by fifo, drr and fairq.
+/// Budget, timeout and bound rules, applied alike by every scheduler.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueRules {
@@ -183,10 +183,10 @@ pub struct QueueRules {
     /// Global bound on queued requests (all schedulers).
     #[serde(deserialize_with = "queue_range")]
     pub queue_capacity: u32,
-    /// Per-tenant bound (drr and fairq; a single FIFO queue has none).
+    /// Per-tenant bound (drr, fairq and ideal; a single FIFO queue has none).
     #[serde(deserialize_with = "queue_range")]
     pub tenant_queue_capacity: u32,
-    /// Most tenants with queued or in-flight requests (drr and fairq).
+    /// Most tenants with queued or in-flight requests (drr, fairq and ideal).
     #[serde(deserialize_with = "tenants_range")]
     pub max_tenants: u32,
     /// How long fairq keeps an idle tenant's slot, ms.
@@ -261,6 +261,11 @@ pub struct TenantGroup {
     /// The downstream its requests go to (`[[downstreams]] name`); default: the first.
     #[serde(default)]
     pub downstream: Option<String>,
+    /// The group is the load the others are to be isolated from (a burster, a flood): the
+    /// `ideal` scheduler serves it only when no other tenant waits, and the isolation verdict
+    /// judges every group that is not bursting.
+    #[serde(default)]
+    pub bursting: bool,
 }
 
 fn one() -> u32 {

@@ -1,15 +1,21 @@
-//! The three schedulers the simulation compares, behind one trait.
+//! The four schedulers the simulation compares, behind one trait.
 //!
 //! - `fifo`: one global queue, served in arrival order. Its only bound is the global one.
 //! - `drr`: deficit round robin over per-tenant queues, quantum = weight (in cost units).
 //! - `fairq`: the real [`fairq::Engine`], driven through its public API only.
+//! - `ideal`: the reference for isolation. Non-preemptive strict priority: the tenants the
+//!   scenario marks `bursting` are served only when no other tenant waits, each level in arrival
+//!   order. It is what perfect isolation gives a work-conserving backend: a tenant that is not
+//!   bursting waits only for the requests of its own level and for a slot to free, never behind
+//!   a burst (a request already being served is not interrupted).
 //!
-//! All three apply the same rules: a request's budget is `min(max_wait_ms, its timeout)`; a
+//! All four apply the same rules: a request's budget is `min(max_wait_ms, its timeout)`; a
 //! Retry-After that does not fit the budget is refused (`wait_exceeds_budget`); a request whose
 //! deadline passed is answered `deadline_exceeded` when it reaches the head instead of being
-//! served late; the global queue holds at most `queue_capacity` requests. drr, like fairq, also
-//! bounds each tenant's queue and the number of tenants. fifo and drr hold a not-yet-ready request
-//! (Retry-After) aside, counted in the bounds, and queue it when it becomes ready.
+//! served late; the global queue holds at most `queue_capacity` requests. drr and ideal, like
+//! fairq, also bound each tenant's queue and the number of tenants. fifo, drr and ideal hold a
+//! not-yet-ready request (Retry-After) aside, counted in the bounds, and queue it when it becomes
+//! ready.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -51,7 +57,7 @@ pub enum Pick {
 
 /// A scheduler on the simulation's virtual clock.
 pub trait Scheduler: Send {
-    /// `fifo`, `drr` or `fairq`.
+    /// `fifo`, `drr`, `fairq` or `ideal`.
     fn name(&self) -> &'static str;
     /// Queues a request, or refuses it at once.
     fn enqueue(&mut self, offer: Offer, now: u64) -> Result<(), Reason>;
@@ -79,12 +85,16 @@ pub fn build(
         "fifo" => Box::new(Fifo::new(rules)),
         "drr" => Box::new(Drr::new(rules, tenants)),
         "fairq" => Box::new(Fairq::new(config, tenants)),
+        "ideal" => Box::new(Ideal::new(rules, tenants)),
         other => panic!("unknown scheduler {other}"),
     }
 }
 
-/// Scheduler names, in report order.
-pub const NAMES: [&str; 3] = ["fifo", "drr", "fairq"];
+/// Scheduler names, in report order: the three compared, then the reference.
+pub const NAMES: [&str; 4] = ["fifo", "drr", "fairq", "ideal"];
+
+/// The reference scheduler the isolation verdict compares the others with.
+pub const REFERENCE: &str = "ideal";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
@@ -112,7 +122,7 @@ fn entry(offer: Offer, now: u64, max_wait_ns: u64) -> Result<Entry, Reason> {
     })
 }
 
-/// Requests held until their Retry-After passes (fifo and drr).
+/// Requests held until their Retry-After passes (fifo, drr and ideal).
 #[derive(Default)]
 struct DelayLine {
     heap: BinaryHeap<Reverse<(u64, Entry)>>,
@@ -135,6 +145,90 @@ impl DelayLine {
 
     fn next(&self) -> Option<u64> {
         self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+}
+
+/// The per-tenant and tenant-table bounds (drr and ideal), as fairq applies them: a tenant
+/// counts against the table while it has held or in-flight requests.
+struct Bounds {
+    /// Per tenant: queued plus delayed requests.
+    held: Vec<u32>,
+    /// Per tenant: granted and not yet complete.
+    in_flight: Vec<u32>,
+    /// All tenants' held requests.
+    total_held: u64,
+    /// Tenants with held or in-flight requests.
+    live_tenants: u32,
+    capacity: u64,
+    tenant_capacity: u32,
+    max_tenants: u32,
+}
+
+impl Bounds {
+    fn new(rules: &QueueRules, tenants: usize) -> Bounds {
+        Bounds {
+            held: vec![0; tenants],
+            in_flight: vec![0; tenants],
+            total_held: 0,
+            live_tenants: 0,
+            capacity: u64::from(rules.queue_capacity),
+            tenant_capacity: rules.tenant_queue_capacity,
+            max_tenants: rules.max_tenants,
+        }
+    }
+
+    fn is_new(&self, t: usize) -> bool {
+        self.held[t] == 0 && self.in_flight[t] == 0
+    }
+
+    /// Whether `tenant` may hold one more request.
+    fn check(&self, tenant: u32) -> Result<(), Reason> {
+        let t = tenant as usize;
+        if self.is_new(t) && self.live_tenants >= self.max_tenants {
+            return Err(Reason::TenantTableFull);
+        }
+        if self.held[t] >= self.tenant_capacity {
+            return Err(Reason::TenantQueueFull);
+        }
+        if self.total_held >= self.capacity {
+            return Err(Reason::QueueFull);
+        }
+        Ok(())
+    }
+
+    /// `tenant` holds one more request (after [`Bounds::check`]).
+    fn hold(&mut self, tenant: u32) {
+        let t = tenant as usize;
+        if self.is_new(t) {
+            self.live_tenants += 1;
+        }
+        self.held[t] += 1;
+        self.total_held += 1;
+    }
+
+    /// A held request of `tenant` leaves the queue: granted, or answered without a grant.
+    fn dequeued(&mut self, tenant: u32, granted: bool) {
+        let t = tenant as usize;
+        self.held[t] -= 1;
+        self.total_held -= 1;
+        if granted {
+            self.in_flight[t] += 1;
+        } else {
+            self.release(tenant);
+        }
+    }
+
+    /// A granted request of `tenant` completed.
+    fn completed(&mut self, tenant: u32) {
+        self.in_flight[tenant as usize] -= 1;
+        self.release(tenant);
+    }
+
+    fn release(&mut self, tenant: u32) {
+        let t = tenant as usize;
+        if self.is_new(t) {
+            self.live_tenants -= 1;
+        }
     }
 }
 
@@ -206,9 +300,6 @@ impl Scheduler for Fifo {
 #[derive(Default)]
 struct DrrTenant {
     queue: VecDeque<Entry>,
-    /// Queued plus delayed (the per-tenant bound).
-    held: u32,
-    in_flight: u32,
     deficit: i64,
     active: bool,
 }
@@ -222,12 +313,7 @@ pub struct Drr {
     /// The front tenant's visit has already added its quantum.
     visiting: bool,
     delayed: DelayLine,
-    held: u64,
-    /// Tenants with held or in-flight requests (the tenant-table bound).
-    live_tenants: u32,
-    capacity: u64,
-    tenant_capacity: u32,
-    max_tenants: u32,
+    bounds: Bounds,
     max_wait_ns: u64,
     owner: Vec<u32>,
 }
@@ -240,11 +326,7 @@ impl Drr {
             active: VecDeque::new(),
             visiting: false,
             delayed: DelayLine::default(),
-            held: 0,
-            live_tenants: 0,
-            capacity: u64::from(rules.queue_capacity),
-            tenant_capacity: rules.tenant_queue_capacity,
-            max_tenants: rules.max_tenants,
+            bounds: Bounds::new(rules, tenants.len()),
             max_wait_ns: rules.max_wait_ms * MS,
             owner: Vec::new(),
         }
@@ -259,13 +341,6 @@ impl Drr {
             self.active.push_back(e.tenant);
         }
     }
-
-    fn release_tenant(&mut self, tenant: u32) {
-        let t = &self.tenants[tenant as usize];
-        if t.held == 0 && t.in_flight == 0 {
-            self.live_tenants -= 1;
-        }
-    }
 }
 
 impl Scheduler for Drr {
@@ -274,23 +349,9 @@ impl Scheduler for Drr {
     }
 
     fn enqueue(&mut self, offer: Offer, now: u64) -> Result<(), Reason> {
-        let t = &self.tenants[offer.tenant as usize];
-        let new_tenant = t.held == 0 && t.in_flight == 0;
-        if new_tenant && self.live_tenants >= self.max_tenants {
-            return Err(Reason::TenantTableFull);
-        }
-        if t.held >= self.tenant_capacity {
-            return Err(Reason::TenantQueueFull);
-        }
-        if self.held >= self.capacity {
-            return Err(Reason::QueueFull);
-        }
+        self.bounds.check(offer.tenant)?;
         let e = entry(offer, now, self.max_wait_ns)?;
-        if new_tenant {
-            self.live_tenants += 1;
-        }
-        self.tenants[offer.tenant as usize].held += 1;
-        self.held += 1;
+        self.bounds.hold(offer.tenant);
         if e.not_before > now {
             self.delayed.hold(e);
         } else {
@@ -319,11 +380,8 @@ impl Scheduler for Drr {
             let expired = now > head.deadline;
             if expired || i64::from(head.cost) <= t.deficit {
                 t.queue.pop_front();
-                t.held -= 1;
-                self.held -= 1;
                 if !expired {
                     t.deficit -= i64::from(head.cost);
-                    t.in_flight += 1;
                 }
                 if t.queue.is_empty() {
                     t.active = false;
@@ -331,14 +389,11 @@ impl Scheduler for Drr {
                     self.active.pop_front();
                     self.visiting = false;
                 }
+                self.bounds.dequeued(head.tenant, !expired);
                 if expired {
-                    self.release_tenant(head.tenant);
                     return Pick::Expired(head.id);
                 }
-                if self.owner.len() <= head.id as usize {
-                    self.owner.resize(head.id as usize + 1, 0);
-                }
-                self.owner[head.id as usize] = head.tenant;
+                set_owner(&mut self.owner, head);
                 return Pick::Granted(head.id);
             }
             // The visit is spent: the tenant keeps its deficit and goes to the back.
@@ -348,9 +403,96 @@ impl Scheduler for Drr {
     }
 
     fn complete(&mut self, id: u32, _now: u64, _ok: bool) {
-        let tenant = self.owner[id as usize];
-        self.tenants[tenant as usize].in_flight -= 1;
-        self.release_tenant(tenant);
+        self.bounds.completed(self.owner[id as usize]);
+    }
+
+    fn wakeup(&self) -> Option<u64> {
+        self.delayed.next()
+    }
+}
+
+fn set_owner(owner: &mut Vec<u32>, e: Entry) {
+    if owner.len() <= e.id as usize {
+        owner.resize(e.id as usize + 1, 0);
+    }
+    owner[e.id as usize] = e.tenant;
+}
+
+// ---------------------------------------------------------------------------------- ideal
+
+/// Non-preemptive strict priority: the tenants marked bursting are served only when no other
+/// tenant has a ready request; each of the two levels is served in arrival order.
+pub struct Ideal {
+    bursting: Vec<bool>,
+    /// Ready requests of the tenants not marked bursting.
+    first: VecDeque<Entry>,
+    /// Ready requests of the tenants marked bursting.
+    last: VecDeque<Entry>,
+    delayed: DelayLine,
+    bounds: Bounds,
+    max_wait_ns: u64,
+    owner: Vec<u32>,
+}
+
+impl Ideal {
+    fn new(rules: &QueueRules, tenants: &[Tenant]) -> Ideal {
+        Ideal {
+            bursting: tenants.iter().map(|t| t.bursting).collect(),
+            first: VecDeque::new(),
+            last: VecDeque::new(),
+            delayed: DelayLine::default(),
+            bounds: Bounds::new(rules, tenants.len()),
+            max_wait_ns: rules.max_wait_ms * MS,
+            owner: Vec::new(),
+        }
+    }
+
+    fn push_ready(&mut self, e: Entry) {
+        if self.bursting[e.tenant as usize] {
+            self.last.push_back(e);
+        } else {
+            self.first.push_back(e);
+        }
+    }
+}
+
+impl Scheduler for Ideal {
+    fn name(&self) -> &'static str {
+        "ideal"
+    }
+
+    fn enqueue(&mut self, offer: Offer, now: u64) -> Result<(), Reason> {
+        self.bounds.check(offer.tenant)?;
+        let e = entry(offer, now, self.max_wait_ns)?;
+        self.bounds.hold(offer.tenant);
+        if e.not_before > now {
+            self.delayed.hold(e);
+        } else {
+            self.push_ready(e);
+        }
+        Ok(())
+    }
+
+    fn next(&mut self, now: u64) -> Pick {
+        let mut ready = Vec::new();
+        self.delayed.release(now, |e| ready.push(e));
+        for e in ready {
+            self.push_ready(e);
+        }
+        let Some(head) = self.first.pop_front().or_else(|| self.last.pop_front()) else {
+            return Pick::Empty;
+        };
+        let expired = now > head.deadline;
+        self.bounds.dequeued(head.tenant, !expired);
+        if expired {
+            return Pick::Expired(head.id);
+        }
+        set_owner(&mut self.owner, head);
+        Pick::Granted(head.id)
+    }
+
+    fn complete(&mut self, id: u32, _now: u64, _ok: bool) {
+        self.bounds.completed(self.owner[id as usize]);
     }
 
     fn wakeup(&self) -> Option<u64> {

@@ -106,6 +106,8 @@ pub struct RowResult {
     pub weight: u32,
     /// Members.
     pub count: u32,
+    /// Marked bursting in the scenario (not judged by the isolation verdict).
+    pub bursting: bool,
     /// Requests offered (every attempt, retries included).
     pub offered: u64,
     /// Requests granted.
@@ -167,7 +169,7 @@ pub fn percentile_us(values: &mut [u32], p: f64) -> Option<u32> {
 /// What one scheduler did with the trace.
 #[derive(Clone, Debug)]
 pub struct RunResult {
-    /// `fifo`, `drr` or `fairq`.
+    /// `fifo`, `drr`, `fairq` or `ideal`.
     pub name: &'static str,
     /// One per tenant group.
     pub rows: Vec<RowResult>,
@@ -194,7 +196,7 @@ pub struct DownstreamResult {
     pub bound: u32,
     /// Mean in-flight count in each second of the run.
     pub in_flight_by_s: Vec<f64>,
-    /// fairq's pool limit in force at the end of each second (empty for fifo and drr).
+    /// fairq's pool limit in force at the end of each second (empty for the others).
     pub limit_by_s: Vec<u64>,
     /// Requests granted to it.
     pub granted: u64,
@@ -364,6 +366,7 @@ impl<'a> Sim<'a> {
                 name: r.name.clone(),
                 weight: r.weight,
                 count: r.count,
+                bursting: r.bursting,
                 offered: 0,
                 granted: 0,
                 refused: [0; Reason::ALL.len()],

@@ -35,6 +35,8 @@ pub struct Tenant {
     pub retry: Option<Retry>,
     /// The downstream its requests go to (0 without downstreams).
     pub downstream: u32,
+    /// Marked bursting in the scenario: `ideal` serves it only when no other tenant waits.
+    pub bursting: bool,
 }
 
 /// One request offered at `t`.
@@ -57,6 +59,8 @@ pub struct Row {
     pub weight: u32,
     /// Members.
     pub count: u32,
+    /// Marked bursting in the scenario.
+    pub bursting: bool,
 }
 
 /// The trace of a scenario.
@@ -148,12 +152,14 @@ impl Trace {
                     retry_after_ns: group.retry_after_ms.saturating_mul(MS),
                     retry: group.retry,
                     downstream: scenario.downstream_of(group).unwrap_or(0),
+                    bursting: group.bursting,
                 });
             }
             rows.push(Row {
                 name: group.name.clone(),
                 weight: group.weight,
                 count: group.count,
+                bursting: group.bursting,
             });
             let share = scenario.fair_share_per_s(group);
             // Piecewise-constant rate: the steady rate, replaced during each burst.

@@ -81,10 +81,11 @@ fn json_has_exactly_the_documented_schema() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["fifo", "drr", "fairq"]);
+    assert_eq!(names, ["fifo", "drr", "fairq", "ideal"]);
     let tenant_keys: BTreeSet<String> = [
         "id",
         "weight",
+        "bursting",
         "offered",
         "granted",
         "refused",
@@ -97,9 +98,20 @@ fn json_has_exactly_the_documented_schema() {
     .map(String::from)
     .into();
     for s in doc["schedulers"].as_array().unwrap() {
-        assert_eq!(keys(s), ["name", "tenants"].map(String::from).into());
+        assert_eq!(
+            keys(s),
+            ["name", "victims_isolated", "tenants"]
+                .map(String::from)
+                .into()
+        );
         let tenants = s["tenants"].as_array().unwrap();
         assert_eq!(tenants.len(), 6);
+        let marked: Vec<&str> = tenants
+            .iter()
+            .filter(|t| t["bursting"].as_bool().unwrap())
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(marked, ["burster", "flood"]);
         for t in tenants {
             assert_eq!(keys(t), tenant_keys);
             // Conservation: nothing offered is both granted and refused; the rest is still
@@ -158,8 +170,8 @@ fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
     // What the engine does achieve: the burster saturates the backend for 30 s, and every other
     // tenant's p95 stays within 25 ms (two and a half mean service times) of its p95 in the run
     // without the burster. The bound is a regression guard measured on this scenario (the worst
-    // victim, free at weight 1, rises by about 13 ms), not a derived limit. See the ignored test
-    // below for the 1.2x target, which no work-conserving scheduler meets here.
+    // victim, free at weight 1, rises by about 13 ms), not a derived limit. The isolation
+    // target, against the ideal reference, is the ignored test below.
     let (with, without) = runs();
     for id in VICTIMS {
         let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
@@ -173,23 +185,155 @@ fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
     }
 }
 
+/// Per victim: (id, p95 under `scheduler`, p95 under ideal, p95 / (1.2 x ideal + 0.5 ms)).
+fn isolation_ratios(doc: &Value, scheduler: &str) -> Vec<(&'static str, f64, f64, f64)> {
+    VICTIMS
+        .iter()
+        .map(|&id| {
+            let p95 = num(tenant(doc, scheduler, id), "p95_wait_ms");
+            let ideal = num(tenant(doc, "ideal", id), "p95_wait_ms");
+            (id, p95, ideal, p95 / (1.2 * ideal + 0.5))
+        })
+        .collect()
+}
+
+fn victims_isolated<'a>(doc: &'a Value, scheduler: &str) -> &'a Value {
+    &doc["schedulers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == scheduler)
+        .unwrap()["victims_isolated"]
+}
+
 #[test]
-#[ignore = "not met: with the backend saturated by the burster a victim always waits for a slot \
-            to free and for its weighted turn, while without the burster it finds a free slot \
-            (p95 0 ms); see README, 'What the simulation shows'"]
-fn under_fairq_victims_p95_within_1_2x_of_the_run_without_the_burster() {
-    let (with, without) = runs();
-    let mut failures = Vec::new();
+fn ideal_runs_by_default_only_when_a_tenant_is_marked_bursting() {
+    let names = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["simulate", "--duration", "3", "--json", "--no-chart"];
+        args.extend_from_slice(extra);
+        let out = fairq(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["schedulers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(&["-s", "noisy-neighbour"]),
+        ["fifo", "drr", "fairq", "ideal"]
+    );
+    assert_eq!(names(&["-s", "tiers-steady"]), ["fifo", "drr", "fairq"]);
+    // Asked for, it runs anyway: with nothing marked it is a FIFO queue with fairq's bounds.
+    assert_eq!(
+        names(&["-s", "tiers-steady", "--schedulers", "fairq,ideal"]),
+        ["fairq", "ideal"]
+    );
+}
+
+#[test]
+fn ideal_serves_the_bursting_tenants_last() {
+    let (doc, _) = runs();
     for id in VICTIMS {
-        let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
-        let base = num(tenant(without, "fairq", id), "p95_wait_ms");
-        if p95 > 1.2 * base {
-            failures.push(format!(
-                "{id}: p95 {p95} ms vs {base} ms without the burster"
-            ));
+        let ideal = num(tenant(doc, "ideal", id), "p95_wait_ms");
+        // Under strict priority a victim waits only for a slot to free and for the victims
+        // ahead of it: a few mean service times (10 ms) at most, whatever its weight.
+        assert!(ideal < 10.0, "ideal: {id} p95 {ideal} ms");
+        for other in ["fifo", "drr", "fairq"] {
+            let p95 = num(tenant(doc, other, id), "p95_wait_ms");
+            assert!(
+                ideal <= p95,
+                "{id}: ideal p95 {ideal} ms > {other} {p95} ms"
+            );
         }
+        assert_eq!(tenant(doc, "ideal", id)["refused"], 0, "ideal refuses {id}");
     }
-    assert!(failures.is_empty(), "{}", failures.join("; "));
+    // The bursting tenants take what the victims leave: the burster is still granted about its
+    // fair share, the burst's excess is refused.
+    let burster = tenant(doc, "ideal", "burster");
+    assert!(num(burster, "fair_share_ratio") >= 0.95, "{burster}");
+    assert!(num(burster, "p95_wait_ms") > 50.0, "{burster}");
+}
+
+#[test]
+fn victims_isolated_in_json_is_the_1_2x_plus_half_a_millisecond_rule() {
+    let (doc, without) = runs();
+    assert_eq!(
+        *victims_isolated(doc, "ideal"),
+        Value::Null,
+        "the reference"
+    );
+    for scheduler in ["fifo", "drr", "fairq"] {
+        let rule = isolation_ratios(doc, scheduler).iter().all(|r| r.3 <= 1.0);
+        assert_eq!(
+            *victims_isolated(doc, scheduler),
+            Value::Bool(rule),
+            "{scheduler}"
+        );
+    }
+    assert_eq!(*victims_isolated(doc, "fifo"), Value::Bool(false));
+    // Without the burster the flood is still marked, and judged: nothing is null but ideal.
+    for scheduler in ["fifo", "drr", "fairq"] {
+        assert!(
+            victims_isolated(without, scheduler).is_boolean(),
+            "{scheduler}"
+        );
+    }
+}
+
+/// Fails, with every victim's ratio, unless fairq isolated the victims in `doc`.
+fn assert_fairq_isolates_the_victims(doc: &Value) {
+    let ratios = isolation_ratios(doc, "fairq");
+    for (id, p95, ideal, ratio) in &ratios {
+        eprintln!(
+            "fairq {id}: p95 {p95} ms, ideal {ideal} ms, limit {:.2} ms, ratio {ratio:.2}",
+            1.2 * ideal + 0.5
+        );
+    }
+    let over: Vec<String> = ratios
+        .iter()
+        .filter(|r| r.3 > 1.0)
+        .map(|(id, p95, ideal, ratio)| format!("{id}: p95 {p95} ms, ideal {ideal} ms ({ratio:.2})"))
+        .collect();
+    assert!(over.is_empty(), "{}", over.join("; "));
+    assert_eq!(*victims_isolated(doc, "fairq"), Value::Bool(true));
+}
+
+#[test]
+#[ignore = "not met until the light-tenant lane: fairq's victims' p95 over 1.2x ideal + 0.5 ms: \
+            enterprise 3.06 ms (limit 3.76, ratio 0.82), pro 5.47 (3.75, 1.46), starter 5.81 \
+            (3.79, 1.53), free 10.1 (3.88, 2.61); each waits for its class's SWRR turn"]
+fn under_fairq_victims_p95_within_1_2x_of_ideal_plus_half_a_millisecond() {
+    let (doc, _) = runs();
+    assert_fairq_isolates_the_victims(doc);
+}
+
+#[test]
+#[ignore = "the README's hour-long run (use --release); not met until the light-tenant lane: \
+            enterprise 2.92 ms (limit 3.61, ratio 0.81), pro 5.30 (3.62, 1.46), starter 5.97 \
+            (3.61, 1.66), free 9.26 (3.58, 2.59)"]
+fn under_fairq_victims_isolated_in_the_hour_long_noisy_neighbour_run() {
+    let out = fairq(&[
+        "simulate",
+        "--json",
+        "--no-chart",
+        "--schedulers",
+        "fairq,ideal",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["scenario"], "noisy-neighbour");
+    assert_fairq_isolates_the_victims(&doc);
 }
 
 #[test]
@@ -213,6 +357,7 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         "== fifo:",
         "== drr:",
         "== fairq:",
+        "== ideal:",
         "fair_share_ratio",
         "starvation_window",
     ] {
@@ -230,7 +375,12 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         .filter_map(|n| n.text())
         .map(|t| t.trim().to_string())
         .collect();
-    for scheduler in ["fifo", "drr", "fairq"] {
+    for scheduler in [
+        "fifo",
+        "drr",
+        "fairq",
+        "ideal (reference: tenants marked bursting served last)",
+    ] {
         let caption = format!("{scheduler} - p95 wait (ms, log scale)");
         let panels = texts.iter().filter(|t| **t == caption).count();
         assert_eq!(panels, 1, "one panel captioned {caption:?}");
@@ -240,7 +390,7 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         .descendants()
         .filter(|n| n.has_tag_name("polyline"))
         .count();
-    assert!(lines >= 3 * 6, "{lines} polylines");
+    assert!(lines >= 4 * 6, "{lines} polylines");
 
     // The scenario's burst (60-90 s) and flood (140-145 s) are shaded in every panel, and
     // labelled; the burst's shading is six times as wide as the flood's.
@@ -258,7 +408,7 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         .collect();
     assert_eq!(
         shaded.len(),
-        3 * 2,
+        4 * 2,
         "a burst and a flood window per panel: {shaded:?}"
     );
     for pair in shaded.chunks(2) {
@@ -273,7 +423,7 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         "p95 = 0 (no wait) is drawn on this line",
     ] {
         let n = texts.iter().filter(|t| *t == label).count();
-        assert_eq!(n, 3, "label {label:?} once per panel");
+        assert_eq!(n, 4, "label {label:?} once per panel");
     }
     // Rows overlap in the fifo panel: they differ by dash pattern, not only by colour, and the
     // colours are Okabe-Ito's.
@@ -439,16 +589,29 @@ fn text_report_lines_fit_100_columns_except_the_tables() {
             line.len()
         );
     }
-    // One bottom line per scheduler, after the tables.
-    let bottom: Vec<&str> = stdout
+    // One bottom line per scheduler, after the tables and the header (which ends with a
+    // colon); each is wrapped with a deeper indent than its first line's.
+    let mut bottom: Vec<String> = Vec::new();
+    for line in stdout
         .lines()
         .skip_while(|l| !l.starts_with("bottom line"))
+        .skip_while(|l| !l.ends_with(':'))
         .skip(1)
         .take_while(|l| l.starts_with("  "))
-        .collect();
-    assert_eq!(bottom.len(), 3, "{stdout}");
-    for (line, name) in bottom.iter().zip(["fifo", "drr", "fairq"]) {
+    {
+        match bottom.last_mut() {
+            Some(last) if line.starts_with("    ") => *last += line.trim_start_matches(' '),
+            _ => bottom.push(line.to_string()),
+        }
+    }
+    assert_eq!(bottom.len(), 4, "{stdout}");
+    for (line, name) in bottom.iter().zip(["fifo", "drr", "fairq", "ideal"]) {
         assert!(line.trim_start().starts_with(name), "{line}");
+        if name == "ideal" {
+            assert!(line.contains("the reference"), "{line}");
+        } else {
+            assert!(line.contains("isolated"), "{line}");
+        }
         assert!(
             line.contains("checks alert") || line.contains("no check"),
             "{line}"
