@@ -37,7 +37,9 @@ pub(crate) struct Shared {
     /// A `notify_one` with no task waiting is stored, so no wake-up is lost between the
     /// dispatcher's last `next_grant` and its next wait.
     wake: Arc<Notify>,
-    started: AtomicBool,
+    /// Whether a dispatcher task runs. Reset when the task ends, also when its runtime shuts
+    /// down and drops it, so a layer used on a later runtime starts a new one there.
+    started: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -59,7 +61,7 @@ impl Shared {
             waiters: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wake: Arc::new(Notify::new()),
-            started: AtomicBool::new(false),
+            started: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -79,8 +81,8 @@ impl Shared {
 
     /// Spawns the dispatcher on the current Tokio runtime, once.
     pub(crate) fn ensure_dispatcher(self: &Arc<Self>) {
-        // Relaxed is enough for the fast path: only the compare_exchange winner spawns, and the
-        // task needs nothing published by it (it reads `Shared` through its own Weak).
+        // Relaxed is enough: only the compare_exchange winner spawns, and the task needs nothing
+        // published by it (it reads `Shared` through its own Weak).
         if self.started.load(Ordering::Relaxed)
             || self
                 .started
@@ -89,7 +91,8 @@ impl Shared {
         {
             return;
         }
-        tokio::spawn(dispatcher(Arc::downgrade(self), self.wake.clone()));
+        let running = Running(self.started.clone());
+        tokio::spawn(dispatcher(Arc::downgrade(self), self.wake.clone(), running));
     }
 
     /// Takes every grant the engine has now and hands each to its request.
@@ -111,7 +114,8 @@ impl Shared {
                     // No waiter: the request went away; dropping the permit cancels it.
                 }
                 NextGrant::Expired(expired) => {
-                    if let Some(tx) = self.waiters().remove(&expired.user_data) {
+                    let waiter = self.waiters().remove(&expired.user_data);
+                    if let Some(tx) = waiter {
                         let _ = tx.send(Event::Refused(expired.refusal));
                     }
                 }
@@ -128,9 +132,19 @@ impl Drop for Shared {
     }
 }
 
+/// Clears `Shared::started` when the dispatcher task ends or is dropped.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Relaxed: see `ensure_dispatcher`.
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
 /// The dispatcher task: drains grants, then sleeps until woken or until the engine's next
 /// parked tenant becomes ready. It ends when the layer and every request of it are gone.
-async fn dispatcher(shared: Weak<Shared>, wake: Arc<Notify>) {
+async fn dispatcher(shared: Weak<Shared>, wake: Arc<Notify>, _running: Running) {
     loop {
         let wakeup = {
             let Some(shared) = shared.upgrade() else {

@@ -148,7 +148,8 @@ pub struct FairQueueLayerBuilder {
 
 impl FairQueueLayerBuilder {
     /// The tenant is the raw identifier `f` returns (hashed, never kept), in the engine's
-    /// configured `tenant_dimension`; `None` means the request names no tenant (429 `no_tenant`).
+    /// configured `tenant_dimension`; `None` or an empty identifier means the request names no
+    /// tenant (429 `no_tenant`).
     pub fn tenant<F, T>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<T> + Send + Sync + 'static,
@@ -156,7 +157,9 @@ impl FairQueueLayerBuilder {
     {
         let dimension = self.engine.config().tenant_dimension;
         self.tenant = Some(Arc::new(move |parts: &Parts| {
-            f(parts).map(|raw| (dimension, TenantKey::from_raw(raw.as_ref())))
+            f(parts)
+                .filter(|raw| !raw.as_ref().is_empty())
+                .map(|raw| (dimension, TenantKey::from_raw(raw.as_ref())))
         }));
         self
     }

@@ -853,3 +853,69 @@ fn ten_thousand_mixed_requests_leak_nothing() {
         );
     });
 }
+
+/// Plain hyper, without axum: the layer around a `tower::service_fn`, served by hyper's HTTP/1
+/// connection through `hyper_util`'s `TowerToHyperService`.
+#[test]
+fn the_layer_serves_under_plain_hyper() {
+    run(async {
+        let engine = engine(Config::default());
+        let service = tower::ServiceBuilder::new()
+            .layer(layer(&engine))
+            .service_fn(|_req: Request<hyper::body::Incoming>| async {
+                Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from_static(b"plain hyper"),
+                )))
+            });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let service = hyper_util::service::TowerToHyperService::new(service.clone());
+                let io = hyper_util::rt::TokioIo::new(stream);
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new().serve_connection(io, service),
+                );
+            }
+        });
+        let answer = get_from(&client(), addr, "/", "acme").await;
+        assert_eq!(
+            (answer.status, &answer.body[..]),
+            (StatusCode::OK, &b"plain hyper"[..])
+        );
+        assert_eq!(header(&answer, "x-fair-queue-position"), "1");
+        let refused = get_from(&client(), addr, "/", "").await;
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        let stats = wait_for(&engine, "in_flight 0", |s| s.in_flight == 0).await;
+        assert_eq!(stats.completed, 1);
+    });
+}
+
+/// A layer outlives the runtime it first ran on: its dispatcher is dropped with that runtime,
+/// and the next request, on another runtime, starts a new one.
+#[test]
+fn a_layer_outlives_its_first_runtime() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let engine = engine(Config::default());
+    let fair = layer(&engine);
+    for round in 0..2 {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let up = Upstream::new(Duration::from_millis(5));
+        let app = routes(&up).layer(fair.clone());
+        runtime.block_on(async {
+            let addr = serve(app).await;
+            let client = client();
+            let answer = get_from(&client, addr, "/work", "acme");
+            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: no answer (no dispatcher?)"));
+            assert_eq!(answer.status, StatusCode::OK, "round {round}");
+        });
+    }
+    assert_eq!(engine.stats().completed, 2);
+}
