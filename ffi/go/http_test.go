@@ -268,17 +268,18 @@ func TestHTTPFloodLeavesVictimP95WithinTwiceAlone(t *testing.T) {
 	on := serve(t, q.Middleware(up.routes()), q)
 	off := serve(t, up.routes(), nil)
 
-	alone := p95(closedLoop(t, on, "victim", 2, time.Now().Add(1500*time.Millisecond)))
+	alone := p95(closedLoop(t, on, "victim", 2, time.Now().Add(2000*time.Millisecond)))
 	var with [2][]sample
 	for i, url := range []string{on, off} {
+		runFor := []time.Duration{5000 * time.Millisecond, 3000 * time.Millisecond}[i]
 		var flood sync.WaitGroup
 		flood.Add(1)
 		go func() {
 			defer flood.Done()
-			closedLoop(t, url, "flood", 40, time.Now().Add(3600*time.Millisecond))
+			closedLoop(t, url, "flood", 40, time.Now().Add(300*time.Millisecond+runFor+300*time.Millisecond))
 		}()
 		time.Sleep(300 * time.Millisecond)
-		with[i] = closedLoop(t, url, "victim", 2, time.Now().Add(3000*time.Millisecond))
+		with[i] = closedLoop(t, url, "victim", 2, time.Now().Add(runFor))
 		flood.Wait()
 	}
 	fair, unfair := p95(with[0]), p95(with[1])

@@ -339,12 +339,12 @@ fn a_flood_leaves_the_victims_p95_within_twice_its_p95_alone() {
             on,
             "victim",
             2,
-            Instant::now() + Duration::from_millis(1500),
+            Instant::now() + Duration::from_millis(2000),
         );
         let alone = p95(&alone.await);
 
         let mut with = Vec::new();
-        for (addr, run_for) in [(on, 3000), (off, 3000)] {
+        for (addr, run_for) in [(on, 5000), (off, 3000)] {
             let flood_until = Instant::now() + Duration::from_millis(300 + run_for + 300);
             let flood = tokio::spawn(closed_loop(addr, "flood", 40, flood_until));
             tokio::time::sleep(Duration::from_millis(300)).await;
