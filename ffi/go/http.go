@@ -138,7 +138,8 @@ func (q *HTTPQueue) Waiting() int {
 	return len(q.waiters)
 }
 
-// Close stops the dispatcher and frees the engine. Call it after the server has shut down.
+// Close stops the dispatcher and frees the engine. Call it after the server has shut down;
+// a request still waiting then is answered 503.
 func (q *HTTPQueue) Close() error {
 	q.close.Do(func() {
 		close(q.done)
@@ -318,6 +319,9 @@ func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 			select {
 			case <-r.Context().Done():
 				q.abandon(id, res.Ticket, ch)
+				return
+			case <-q.done:
+				http.Error(w, "fair queue: closed", http.StatusServiceUnavailable)
 				return
 			case <-budgetOut:
 				budgetOut = nil

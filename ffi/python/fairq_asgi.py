@@ -253,7 +253,8 @@ class FairQueue:
 
         ticket = queued.ticket
         listener = _DisconnectListener(receive)
-        deadline = self._loop.time() + self._budget
+        # On the engine's clock: uvloop's loop.time() is cached at each loop turn, in ms.
+        deadline = fairq.now_ns() + int(self._budget * 1e9)
         grant = None
         try:
             while grant is None:
@@ -261,12 +262,16 @@ class FairQueue:
                     done = (future,)  # granted by the drain above: no need to wait
                 else:
                     listener.start()
-                    remaining = None if deadline is None else max(0.0, deadline - self._loop.time())
+                    remaining = None
+                    if deadline is not None:
+                        remaining = max(0.0, (deadline - fairq.now_ns()) / 1e9)
                     done, _ = await asyncio.wait({future, listener.task}, timeout=remaining,
                                                  return_when=asyncio.FIRST_COMPLETED)
                 if listener.task in done:
                     return  # the client went away: `finally` cancels
                 if not done:
+                    if fairq.now_ns() < deadline:
+                        continue  # the loop's timer fired a little early
                     deadline = None  # the budget ran out
                     try:
                         reason, position, waited_ns = _expire(self.engine, ticket)

@@ -67,7 +67,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fairq::{
-    Completion, Dimension, Engine, Enqueued, Identity, Reason, Refusal, Request as FairRequest,
+    Completion, Dimension, Engine, Enqueued, Identity, Reason, Request as FairRequest,
     TenantDimension, TenantKey,
 };
 use http::request::Parts;
@@ -309,7 +309,8 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone that was (not) driven to readiness stays; the request takes a fresh one.
+        // poll_ready does not drive the inner service, so any clone will do: the request's
+        // future drives its own to readiness once admitted.
         let inner = self.inner.clone();
         let shared = self.shared.clone();
         shared.ensure_dispatcher();
@@ -344,7 +345,7 @@ where
     let resolved = (shared.tenant)(&parts);
     let tenant_dimension = resolved.map_or(shared.engine.config().tenant_dimension, |r| r.0);
     let tenant = resolved.map(|r| r.1);
-    let (dimension, retry_after) = match &shared.limiter {
+    let (dimension, mut retry_after) = match &shared.limiter {
         None => (queue_dimension(tenant_dimension), Duration::ZERO),
         Some(limiter) => match limiter.check(tenant, &parts) {
             Decision::Allow => {
@@ -357,8 +358,6 @@ where
             } => (dimension, retry_after),
         },
     };
-    let refused = |refusal: Refusal| Ok(response::refusal(refusal, tenant_dimension, retry_after));
-
     let (mut waiter, mut events) = Waiter::register(shared.clone());
     let fair_request = FairRequest {
         tenant,
@@ -378,7 +377,7 @@ where
                 let request = Request::from_parts(parts, body);
                 return Ok(call_inner(inner, request).await?.map(FairBody::passed));
             }
-            return refused(refusal);
+            return Ok(response::refusal(refusal, tenant_dimension, retry_after));
         }
         Err(error) => {
             drop(waiter);
@@ -398,7 +397,7 @@ where
                 match shared.engine.expire(ticket) {
                     Ok(refusal) => {
                         waiter.ended();
-                        return refused(refusal);
+                        return Ok(response::refusal(refusal, tenant_dimension, retry_after));
                     }
                     // Granted or ended meanwhile: that event is on its way.
                     Err(_) => continue,
@@ -407,14 +406,20 @@ where
         };
         let (grant, mut permit) = match event {
             Ok(Event::Granted(grant, permit)) => (grant, permit),
-            Ok(Event::Refused(refusal)) => return refused(refusal),
+            Ok(Event::Refused(refusal)) => {
+                return Ok(response::refusal(refusal, tenant_dimension, retry_after));
+            }
             Err(_closed) => {
                 return Ok(response::internal_error("fair queue dispatcher stopped"));
             }
         };
         if let Some(limiter) = &shared.limiter {
-            if let Decision::Refuse { retry_after, .. } = limiter.check(tenant, &parts) {
+            if let Decision::Refuse {
+                retry_after: again, ..
+            } = limiter.check(tenant, &parts)
+            {
                 // Still refused: back into its queue under the same ticket, within its budget.
+                retry_after = again;
                 events = waiter.requeue();
                 match permit.requeue(duration_ns(retry_after)) {
                     Ok(Completion::Requeued { .. }) => continue,

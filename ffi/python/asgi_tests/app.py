@@ -148,8 +148,15 @@ def main():
     checks = [0]
     queue = None
     if SETTINGS.get("middleware", True):
+        if SETTINGS.get("identity"):
+            naming = {"identity": lambda scope: {
+                "user": fairq_asgi.header(scope, "x-user"),
+                "team": fairq_asgi.header(scope, "x-team"),
+                "api_key": fairq_asgi.header(scope, "x-api-key")}}
+        else:
+            naming = {"tenant": lambda scope: fairq_asgi.header(scope, "x-tenant")}
         queue = fairq_asgi.FairQueue(
-            tenant=lambda scope: fairq_asgi.header(scope, "x-tenant"),
+            **naming,
             limiter=make_limiter(checks) if SETTINGS.get("limiter") else None,
             metrics_path="/metrics",
             timeout=SETTINGS.get("timeout"),
@@ -183,6 +190,9 @@ def main():
             for _ in range(int(scope["query_string"] or b"1")):
                 up.gate.release()
             await json_response(send, {})
+            return
+        if path == "/_test/granted":
+            await json_response(send, queue.engine.tenant_granted(scope["query_string"].decode()))
             return
         if path == "/_test/disable":
             queue.engine.set_enabled(False)

@@ -293,12 +293,13 @@ class Behaviour(unittest.TestCase):
                     async with c.get(server.url + "/stream",
                                      headers={"x-tenant": "streamer"}) as response:
                         first = await response.content.readany()
-                        in_flight = server.stats()["engine"]["in_flight"]
+                        during = server.stats()["engine"]
                         rest = await response.read()
-                        return response.status, first, in_flight, rest
-            status, first, in_flight, rest = asyncio.run(scenario())
+                        return response.status, first, during, rest
+            status, first, during, rest = asyncio.run(scenario())
             self.assertEqual((status, first, rest), (200, b"first ", b"last"))
-            self.assertEqual(in_flight, 1, "the headers and the first chunk are out")
+            self.assertEqual((during["in_flight"], during["completed"]), (1, 0),
+                             "the headers and the first chunk are out")
             s = server.wait_for("in_flight 0", lambda s: s["in_flight"] == 0)["engine"]
             self.assertEqual(s["completed"], 1)
 
@@ -325,6 +326,34 @@ class Behaviour(unittest.TestCase):
             self.assertEqual(global_.json()["error"]["details"]["fair_queue"]["reason"],
                              "not_queueable")
             server.wait_for("in_flight 0", lambda s: s["in_flight"] == 0)
+
+    def test_the_identity_resolver_names_the_tenant(self):
+        # tenant_dimension 2: team.
+        with Server(framework="starlette", identity=True, config={"tenant_dimension": 2},
+                    base_ms=5) as server:
+            async def scenario():
+                async with client() as c:
+                    async def send(headers):
+                        async with c.get(server.url + "/work", headers=headers) as response:
+                            return response.status, await response.read()
+                    both = await send({"x-user": "alice", "x-team": "acme"})
+                    user_only = await send({"x-user": "bob", "x-api-key": "k1"})
+                    nobody = await send({})
+                    return both, user_only, nobody
+            both, user_only, nobody = asyncio.run(scenario())
+            self.assertEqual((both[0], user_only[0]), (200, 200))
+
+            def granted(raw):
+                url = server.url + "/_test/granted?" + raw
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    return json.load(response)
+            self.assertEqual(granted("acme"), [1, 1], "the team names the tenant")
+            self.assertEqual(granted("bob"), [1, 1], "without a team, the user does")
+            self.assertIsNone(granted("alice"))
+            self.assertEqual(nobody[0], 429)
+            details = json.loads(nobody[1])["error"]["details"]["fair_queue"]
+            self.assertEqual((details["reason"], details["tenant_dimension"]),
+                             ("no_tenant", "team"))
 
     def test_metrics_no_tenant_and_off_under_fastapi(self):
         with Server(framework="fastapi") as server:
