@@ -6,9 +6,11 @@ package fairq
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -276,7 +278,8 @@ func queueDimension(d TenantDimension) Dimension {
 
 // Middleware wraps next: each request is queued under its tenant, waits for its grant (or is
 // answered 429), and runs next holding its permit, which goes back when next returns. A client
-// that goes away while its request waits cancels it.
+// that goes away while its request waits cancels it; so that net/http notices, the body of a
+// waiting request is read meanwhile, and next reads it from memory.
 func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q.opts.MetricsPath != "" && r.URL.Path == q.opts.MetricsPath && r.Method == http.MethodGet {
@@ -315,11 +318,18 @@ func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 		timer := time.NewTimer(q.budget)
 		defer timer.Stop()
 		budgetOut := timer.C
+		body := readBody(r)
 		for {
 			select {
 			case <-r.Context().Done():
 				q.abandon(id, res.Ticket, ch)
 				return
+			case body.err = <-body.done:
+				body.done = nil
+				if body.err != nil { // the client went away in the middle of its body
+					q.abandon(id, res.Ticket, ch)
+					return
+				}
 			case <-q.done:
 				http.Error(w, "fair queue: closed", http.StatusServiceUnavailable)
 				return
@@ -355,11 +365,60 @@ func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 						return
 					}
 				}
+				if !body.wait(r) {
+					_ = q.engine.Cancel(ev.grant.Ticket)
+					q.kick()
+					return
+				}
 				q.serveGranted(w, r, next, ev.grant)
 				return
 			}
 		}
 	})
+}
+
+// bodyReader reads a waiting request's body. net/http watches a connection for a client that
+// hangs up only once the handler has read the request body to its end, so a request with a body
+// would otherwise not notice its client leave while it waits; a read error means the client left
+// in the middle of sending it. The handler then reads the body from memory.
+type bodyReader struct {
+	has  bool
+	done chan error // the read's outcome; nil once taken (or without a body)
+	err  error
+	buf  bytes.Buffer
+}
+
+func readBody(r *http.Request) *bodyReader {
+	b := &bodyReader{has: r.Body != nil && r.Body != http.NoBody}
+	if b.has {
+		b.done = make(chan error, 1)
+		go func() {
+			_, err := b.buf.ReadFrom(r.Body)
+			b.done <- err
+		}()
+	}
+	return b
+}
+
+// wait finishes the read (when the grant came first) and hands the body to the request; false
+// when the body could not be read (the client left).
+func (b *bodyReader) wait(r *http.Request) bool {
+	if !b.has {
+		return true
+	}
+	if b.done != nil {
+		select {
+		case b.err = <-b.done:
+			b.done = nil
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	if b.err != nil {
+		return false
+	}
+	r.Body = io.NopCloser(&b.buf)
+	return true
 }
 
 func nonNegative(d time.Duration) uint64 {

@@ -71,7 +71,10 @@ func (u *upstream) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		u.record(r)
-		<-u.gate
+		select {
+		case <-u.gate:
+		case <-r.Context().Done(): // a failed test's cleanup closes the connections
+		}
 		io.WriteString(w, "released")
 	})
 	mux.HandleFunc("/admission", func(w http.ResponseWriter, r *http.Request) {
@@ -80,6 +83,9 @@ func (u *upstream) routes() *http.ServeMux {
 		} else {
 			io.WriteString(w, "none")
 		}
+	})
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(w, r.Body)
 	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first ")
@@ -414,24 +420,54 @@ func TestHTTPClientDisconnectWhileQueuedIsCancelled(t *testing.T) {
 	url := serve(t, q.Middleware(up.routes()), q)
 	held := holdPermits(t, url, q.Engine())
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
+	// A GET, a POST whose whole body was sent, and one that hangs up in the middle of its body.
+	requests := []string{
+		"GET /work HTTP/1.1\r\nHost: test\r\nX-Tenant: gone\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: test\r\nX-Tenant: gone\r\nContent-Length: 4\r\n\r\nbody",
+		"POST /echo HTTP/1.1\r\nHost: test\r\nX-Tenant: gone\r\nContent-Length: 10\r\n\r\nbody",
 	}
-	io.WriteString(conn, "GET /work HTTP/1.1\r\nHost: test\r\nX-Tenant: gone\r\n\r\n")
+	for i, request := range requests {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(conn, request)
+		waitStats(t, q.Engine(), "queued", func(s Stats) bool { return s.Queued == 1 })
+		if q.Waiting() != 1 {
+			t.Errorf("waiting %d", q.Waiting())
+		}
+		conn.Close()
+		s := waitStats(t, q.Engine(), "the cancel", func(s Stats) bool { return s.Cancelled == uint64(i+1) })
+		if s.Queued != 0 || s.InFlight != 4 || q.Waiting() != 0 {
+			t.Errorf("stats %+v, waiting %d", s, q.Waiting())
+		}
+	}
+	// A body read while its request waits reaches the handler whole.
+	var echoed answer
+	var posted sync.WaitGroup
+	posted.Add(1)
+	go func() {
+		defer posted.Done()
+		req, _ := http.NewRequest(http.MethodPost, url+"/echo", strings.NewReader(strings.Repeat("x", 100000)))
+		req.Header.Set("X-Tenant", "poster")
+		resp, err := newClient().Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		echoed = answer{status: resp.StatusCode, body: body}
+	}()
 	waitStats(t, q.Engine(), "queued", func(s Stats) bool { return s.Queued == 1 })
-	if q.Waiting() != 1 {
-		t.Errorf("waiting %d", q.Waiting())
-	}
-	conn.Close()
-	s := waitStats(t, q.Engine(), "the cancel", func(s Stats) bool { return s.Cancelled == 1 })
-	if s.Queued != 0 || s.InFlight != 4 || q.Waiting() != 0 {
-		t.Errorf("stats %+v, waiting %d", s, q.Waiting())
-	}
 	up.release(4)
 	held.Wait()
-	s = waitStats(t, q.Engine(), "in_flight 0", func(s Stats) bool { return s.InFlight == 0 })
-	if s.Completed != 4 || s.Cancelled != 1 || s.Granted != 4 {
+	posted.Wait()
+	if echoed.status != http.StatusOK || len(echoed.body) != 100000 {
+		t.Errorf("echo: %d, %d bytes", echoed.status, len(echoed.body))
+	}
+	s := waitStats(t, q.Engine(), "in_flight 0", func(s Stats) bool { return s.InFlight == 0 })
+	if s.Completed != 5 || s.Cancelled != 3 || s.Granted != 5 {
 		t.Errorf("stats %+v", s)
 	}
 	if a := get(t, newClient(), url+"/work", "after"); a.status != http.StatusOK ||

@@ -179,7 +179,7 @@ async fn count_answers(
 
 fn routes(up: &Arc<Upstream>) -> Router<()> {
     Router::new()
-        .route("/work", get(work))
+        .route("/work", get(work).post(work))
         .route("/hold", get(hold))
         .route("/admission", get(admission))
         .route("/stream", get(slow_body))
@@ -557,24 +557,28 @@ fn a_client_that_disconnects_while_queued_is_cancelled_without_a_leak() {
         }
         wait_for(&engine, "4 in flight", |s| s.in_flight == 4).await;
 
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET /work HTTP/1.1\r\nhost: test\r\nx-tenant: gone\r\n\r\n")
-            .await
-            .unwrap();
-        wait_for(&engine, "queued", |s| s.queued == 1).await;
-        assert_eq!(fair.waiting(), 1);
-        drop(stream);
-        let stats = wait_for(&engine, "the cancel", |s| s.cancelled == 1).await;
-        assert_eq!((stats.queued, stats.in_flight), (0, 4));
-        assert_eq!(fair.waiting(), 0);
+        // A GET, then a POST whose whole body was sent.
+        let requests: [&[u8]; 2] = [
+            b"GET /work HTTP/1.1\r\nhost: test\r\nx-tenant: gone\r\n\r\n",
+            b"POST /work HTTP/1.1\r\nhost: test\r\nx-tenant: gone\r\ncontent-length: 4\r\n\r\nbody",
+        ];
+        for (n, request) in (1..).zip(requests) {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(request).await.unwrap();
+            wait_for(&engine, "queued", |s| s.queued == 1).await;
+            assert_eq!(fair.waiting(), 1);
+            drop(stream);
+            let stats = wait_for(&engine, "the cancel", |s| s.cancelled == n).await;
+            assert_eq!((stats.queued, stats.in_flight), (0, 4));
+            assert_eq!(fair.waiting(), 0);
+        }
 
         up.gate.add_permits(4);
         for answer in held {
             assert_eq!(answer.await.unwrap().status, StatusCode::OK);
         }
         let stats = wait_for(&engine, "in_flight 0", |s| s.in_flight == 0).await;
-        assert_eq!((stats.completed, stats.cancelled, stats.granted), (4, 1, 4));
+        assert_eq!((stats.completed, stats.cancelled, stats.granted), (4, 2, 4));
         // The permits all came back: a new request is admitted at once.
         let answer = get_from(&client, addr, "/work", "after").await;
         assert_eq!(answer.status, StatusCode::OK);

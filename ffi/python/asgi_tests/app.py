@@ -76,7 +76,7 @@ def build_app(up):
 
 def build_fastapi(up):
     from fastapi import FastAPI, Request
-    from fastapi.responses import PlainTextResponse, StreamingResponse
+    from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
     app = FastAPI()
 
@@ -96,12 +96,16 @@ def build_fastapi(up):
     async def stream():
         return StreamingResponse(two_chunks())
 
+    @app.post("/echo")
+    async def echo(request: Request):
+        return Response(await request.body())
+
     return app
 
 
 def build_starlette(up):
     from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.responses import PlainTextResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     async def work(request):
@@ -116,8 +120,12 @@ def build_starlette(up):
     async def stream(request):
         return StreamingResponse(two_chunks())
 
+    async def echo(request):
+        return Response(await request.body())
+
     return Starlette(routes=[Route("/work", work), Route("/hold", hold),
-                             Route("/admission", admission), Route("/stream", stream)])
+                             Route("/admission", admission), Route("/stream", stream),
+                             Route("/echo", echo, methods=["POST"])])
 
 
 def make_limiter(checks):

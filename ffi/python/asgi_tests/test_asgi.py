@@ -234,22 +234,38 @@ class Refusals:
             async def scenario():
                 async with client() as c:
                     held = await hold_permits(server, c)
-                    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-                    writer.write(b"GET /work HTTP/1.1\r\nhost: t\r\nx-tenant: gone\r\n\r\n")
-                    await writer.drain()
-                    stats = await server.wait_for_async("queued", lambda s: s["queued"] == 1)
-                    self.assertEqual(stats["waiting"], 1)
-                    writer.close()
-                    stats = await server.wait_for_async("the cancel", lambda s: s["cancelled"] == 1)
-                    s = stats["engine"]
-                    self.assertEqual((s["queued"], s["in_flight"]), (0, 4))
-                    self.assertEqual(stats["waiting"], 0)
+                    # A GET, a POST whose whole body was sent, one that hangs up mid-body.
+                    head = b"host: t\r\nx-tenant: gone\r\n"
+                    requests = [b"GET /work HTTP/1.1\r\n" + head + b"\r\n",
+                                b"POST /echo HTTP/1.1\r\n" + head
+                                + b"content-length: 4\r\n\r\nbody",
+                                b"POST /echo HTTP/1.1\r\n" + head
+                                + b"content-length: 10\r\n\r\nbody"]
+                    for n, request in enumerate(requests, 1):
+                        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                        writer.write(request)
+                        await writer.drain()
+                        stats = await server.wait_for_async("queued", lambda s: s["queued"] == 1)
+                        self.assertEqual(stats["waiting"], 1)
+                        writer.close()
+                        stats = await server.wait_for_async(
+                            "the cancel", lambda s, n=n: s["cancelled"] == n)
+                        s = stats["engine"]
+                        self.assertEqual((s["queued"], s["in_flight"]), (0, 4))
+                        self.assertEqual(stats["waiting"], 0)
+                    # A body read while its request waits reaches the app whole.
+                    data = b"x" * 100_000
+                    posted = asyncio.ensure_future(
+                        c.post(server.url + "/echo", data=data, headers={"x-tenant": "poster"}))
+                    await server.wait_for_async("queued", lambda s: s["queued"] == 1)
                     server.release(4)
                     await asyncio.gather(*held)
+                    async with await posted as response:
+                        self.assertEqual((response.status, await response.read()), (200, data))
                     stats = await server.wait_for_async("in_flight 0",
                                                         lambda s: s["in_flight"] == 0)
                     s = stats["engine"]
-                    self.assertEqual((s["completed"], s["cancelled"], s["granted"]), (4, 1, 4))
+                    self.assertEqual((s["completed"], s["cancelled"], s["granted"]), (5, 3, 5))
                     after, _ = await get(c, server.url + "/work", "after")
                     self.assertEqual(after.status_code, 200)
                     self.assertEqual(after.headers["x-fair-queue-position"], "1")
