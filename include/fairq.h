@@ -3,20 +3,43 @@
  *
  * Conventions
  * - Status: every function returns an int32_t status, except the *_str functions, fairq_version,
- *   fairq_now_ns, fairq_config_default, fairq_engine_free, fairq_fleet_config_default and
- *   fairq_fleet_free. FAIRQ_OK is 0, errors (FAIRQ_ERR_*) are negative, other outcomes
+ *   fairq_now_ns, fairq_config_default, fairq_engine_free, fairq_engine_builder_free,
+ *   fairq_fleet_config_default and fairq_fleet_free. FAIRQ_OK is 0, errors (FAIRQ_ERR_*) are negative, other outcomes
  *   (FAIRQ_QUEUED, FAIRQ_EMPTY, ...) are positive.
  *   Numbers never change meaning; fairq_status_str names them.
- * - NULL: every pointer is checked; a required one that is NULL gives FAIRQ_ERR_NULL before
- *   anything happens. fairq_engine_free(NULL) is a no-op.
+ * - Pointers: every pointer argument of every function is checked the same way, before
+ *   anything happens: NULL where one is required gives FAIRQ_ERR_NULL, a pointer misaligned for
+ *   its type gives FAIRQ_ERR_INVALID_ARGUMENT (an optional pointer may be NULL, but a non-NULL
+ *   one must be aligned; an array or buffer may be NULL only with length 0). The engine handle
+ *   is the exception: misaligned, or not a live engine, gives FAIRQ_ERR_INVALID_HANDLE.
+ *   fairq_engine_free(NULL) and fairq_config_default(NULL) are no-ops.
+ * - Error precedence: (1) the engine handle (NULL: FAIRQ_ERR_NULL; misaligned or not an
+ *   engine: FAIRQ_ERR_INVALID_HANDLE); (2) every other pointer, in argument order (NULL:
+ *   FAIRQ_ERR_NULL; misaligned: FAIRQ_ERR_INVALID_ARGUMENT); (3) values: codes, ranges, lengths,
+ *   tenant key 0 (FAIRQ_ERR_INVALID_ARGUMENT, or FAIRQ_ERR_INVALID_CONFIG for a config); then
+ *   the engine's own answer (FAIRQ_ERR_STALE_TICKET, FAIRQ_REFUSED, ...). The first failed check
+ *   is returned, and on any error nothing changed in the engine.
  * - Out-parameters are written only when the returned status says so (FAIRQ_OK and the
  *   positive outcomes each function documents); on an error they are left untouched.
+ * - Tenant keys: fairq_tenant_key and fairq_resolve_tenant never produce 0. Key 0 names no
+ *   tenant: in a fairq_request it means "no identifier" (fairq_enqueue refuses the request with
+ *   FAIRQ_REASON_NO_TENANT), and every function that names a tenant by key
+ *   (fairq_set_weight_key, fairq_replace_weights entries, fairq_weight_of, fairq_tenant_granted,
+ *   fairq_tenant_indicators) returns FAIRQ_ERR_INVALID_ARGUMENT for it.
+ * - Freed engines: a handle passed to fairq_engine_free is like a pointer after free(): using
+ *   it again is undefined behaviour. As a best-effort aid, fairq_engine_free poisons the
+ *   handle's tag and every call checks it, so a stale handle usually gets
+ *   FAIRQ_ERR_INVALID_HANDLE while its memory has not been reused. Do not rely on it.
  * - Ownership: the caller owns every struct and buffer it passes; fairq keeps no pointer to
  *   them after the call returns. Strings returned by fairq are static: never free them.
  *   The engine is owned by the caller from fairq_engine_new until fairq_engine_free.
  * - Panics: a bug inside fairq never unwinds into C; it returns FAIRQ_ERR_PANIC.
  * - Time: functions without _at read fairq_now_ns(); the _at variants take now_ns (monotonic
- *   nanoseconds) so a caller with its own clock, or a simulator, can drive time.
+ *   nanoseconds) so a caller with its own clock, or a simulator, can drive time. Any now_ns is
+ *   accepted, up to UINT64_MAX: deadlines saturate at UINT64_MAX and Retry-After times at
+ *   UINT64_MAX - 2^21 (a request due later than that is ready from then on) instead of
+ *   wrapping, and a clock that goes backwards is held at the latest time the engine has seen
+ *   (to within 1 ms). Nothing wraps, fails, panics or stays stuck in a queue.
  *
  * Thread safety
  *   A fairq_engine may be shared by any number of threads. Every function may be called
@@ -38,6 +61,15 @@
  *   A change that cannot keep this takes a new SONAME and a new FAIRQ_VERSION_MAJOR.
  *   A program needs a library at least as new as the header it was compiled with: compare
  *   fairq_version() with FAIRQ_VERSION_MAJOR/MINOR/PATCH at start-up.
+ *   Controls that fairq_config has no field for (weight tiers, the starvation guard, the wait
+ *   boost, the feedback controller, bulkhead pools, the indicators' top K, and those added
+ *   later) are set on a fairq_engine_builder, one setter function per control: a new control
+ *   is a new setter, never a new field, and a program that does not call it gets the control's
+ *   default (off). Requests name their bulkhead pool through fairq_enqueue_downstream, since
+ *   fairq_request keeps its layout. So a program compiled against an older header keeps
+ *   working, unchanged and with the same behaviour, against a newer library of the same SONAME;
+ *   CI builds the quick start and the 0.1.0 C test suite against the 0.1.0 header
+ *   (ffi/c/compat/fairq-0.1.0.h) and runs them against the current library.
  */
 
 #ifndef FAIRQ_H
@@ -153,6 +185,10 @@
 // The caller cancelled the request.
 #define FAIRQ_REASON_CANCELLED 9
 
+// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold) and
+// cannot serve it within its budget.
+#define FAIRQ_REASON_DOWNSTREAM_SHEDDING 10
+
 // Length of `fairq_stats.refused`, indexed by reason code (room for reasons added later).
 #define FAIRQ_REASON_SLOTS 16
 
@@ -198,6 +234,12 @@
 // An engine. Opaque: made by `fairq_engine_new`, released by `fairq_engine_free`.
 typedef struct fairq_engine fairq_engine;
 
+// Builds engines with every control (tiers, starvation guard, wait boost, feedback controller,
+// bulkhead pools, indicator top K). Opaque: made by `fairq_engine_builder_new`, released by
+// `fairq_engine_builder_free`. Not for concurrent use: calls on one builder must not overlap
+// (the engines it builds are, as always, shared freely).
+typedef struct fairq_engine_builder fairq_engine_builder;
+
 #if defined(FAIRQ_FLEET)
 // A fleet member (feature `fleet`; declared when `FAIRQ_FLEET` is defined). Opaque: made by
 // `fairq_fleet_new`, released by `fairq_fleet_free`.
@@ -206,14 +248,29 @@ typedef struct fairq_fleet fairq_fleet;
 
 // How an engine is sized and what it does. Start from `fairq_config_default`, then change
 // fields. Ranges are checked by `fairq_config_check` and `fairq_engine_new`.
+//
+// Besides each field's range, the engine's fixed tables must fit in 4 GiB (4294967296 bytes),
+// so the largest values cannot all be used at once. The tables take
+// `S * (640 + 16 * R) + max_weight_classes * (256 + 16 * S) + 64 * (queue_capacity +
+// max_in_flight)` bytes, where `S = max_tenants + max_tenants / 4 + 1` (tenant slots) and
+// `R = tenant_queue_capacity + tenant_queue_capacity / 2 + 1` (ring entries per tenant): about
+// `max_tenants * (820 + 30 * tenant_queue_capacity + 20 * max_weight_classes)` bytes plus the
+// tickets. For
+// example, with the other fields at their defaults, `max_tenants` 4194304 fits only with
+// `tenant_queue_capacity` 1, and `tenant_queue_capacity` 1048576 only with `max_tenants` up to
+// 135. Over the cap, `fairq_config_check` names the fields whose product is too large and the
+// bytes needed.
 typedef struct fairq_config {
     // Off by default: a disabled engine refuses every request with `FAIRQ_REASON_DISABLED`.
     bool enabled;
     // Which identifier names the tenant: `FAIRQ_TENANT_DIM_*`. Default user.
     uint32_t tenant_dimension;
-    // Tenant table capacity. 1..=4194304. Default 1024.
+    // Tenant table capacity. A new tenant is refused `FAIRQ_REASON_TENANT_TABLE_FULL` while
+    // `max_tenants` tenants are active; a tenant coming back to its own idle slot is always let
+    // in, so up to `max_tenants + max_tenants / 4 + 1` (the table's slots) can be active.
+    // 1..=4194304 (and the table cap above). Default 1024.
     uint32_t max_tenants;
-    // Per-tenant queue bound. 1..=1048576. Default 64.
+    // Per-tenant queue bound. 1..=1048576 (and the table cap above). Default 64.
     uint32_t tenant_queue_capacity;
     // Global bound on queued requests. 1..=16777216. Default 4096.
     uint32_t queue_capacity;
@@ -250,7 +307,8 @@ typedef struct fairq_identity {
 
 // One entry of a weight table for `fairq_replace_weights`.
 typedef struct fairq_weight_entry {
-    // The tenant (`fairq_tenant_key` of its raw identifier).
+    // The tenant (`fairq_tenant_key` of its raw identifier); 0 names no tenant and makes
+    // `fairq_replace_weights` fail with `FAIRQ_ERR_INVALID_ARGUMENT`.
     uint64_t tenant_key;
     // Its weight, 1..=10000.
     uint32_t weight;
@@ -259,8 +317,9 @@ typedef struct fairq_weight_entry {
 // A request a limiter just refused, handed to `fairq_enqueue`. Zero-initialise it, then set
 // the fields: `{0}` plus a tenant key and a dimension is a valid cost-1 request.
 typedef struct fairq_request {
-    // The tenant (`fairq_tenant_key`, `fairq_resolve_tenant`); 0 when the request carries no
-    // identifier (refused with `FAIRQ_REASON_NO_TENANT`).
+    // The tenant (`fairq_tenant_key`, `fairq_resolve_tenant`, never 0); 0 means the request
+    // carries no identifier: `fairq_enqueue` refuses it with `FAIRQ_REASON_NO_TENANT` (status
+    // `FAIRQ_REFUSED`, not an error).
     uint64_t tenant_key;
     // Opaque caller data, returned with the grant (a request pointer, an id).
     uint64_t user_data;
@@ -323,13 +382,15 @@ typedef struct fairq_completion {
     uint32_t reason;
 } fairq_completion;
 
-// A snapshot of the engine's gauges and counters (`fairq_get_stats`). Counters only grow.
+// The engine's gauges and counters (`fairq_get_stats`, which says what a read guarantees).
+// Counters only grow; gauges stay within their bounds.
 typedef struct fairq_stats {
     // Requests queued now.
     uint64_t queued;
     // Grants out now.
     uint64_t in_flight;
-    // Tenants with queued or in-flight requests now.
+    // Tenants holding a slot now (with queued or in-flight requests); see `fairq_get_stats`
+    // for its bound.
     uint64_t tenants;
     // Requests accepted into a queue (each ticket once).
     uint64_t enqueued;
@@ -347,8 +408,8 @@ typedef struct fairq_stats {
     // Tickets ended because a requeue did not fit.
     uint64_t refused_after_wait;
     // All refusals, on arrival and after waiting, indexed by reason code (`FAIRQ_REASON_*`);
-    // index 0 and unused codes stay 0. Conservation: `enqueued == queued + in_flight +
-    // completed + cancelled + expired + refused_after_wait`.
+    // index 0 and unused codes stay 0. Conservation, once no call is running:
+    // `enqueued == queued + in_flight + completed + cancelled + expired + refused_after_wait`.
     uint64_t refused[FAIRQ_REASON_SLOTS];
 } fairq_stats;
 
@@ -457,6 +518,64 @@ typedef struct fairq_tick_report {
     uint32_t weights_lowered;
 } fairq_tick_report;
 
+// One bulkhead pool's gauges and counter (`fairq_pool_get_stats`).
+typedef struct fairq_pool_stats {
+    // Grants of this pool out now.
+    uint64_t in_flight;
+    // Tenants whose head request waits for a permit of this pool now.
+    uint64_t blocked_tenants;
+    // Times a tenant blocked on this pool (counter).
+    uint64_t blocks;
+    // The pool's configured bound.
+    uint32_t max_in_flight;
+} fairq_pool_stats;
+
+// One bulkhead pool's load-shedding stage (`fairq_pool_get_shedding`).
+typedef struct fairq_pool_shedding {
+    // Error ratio of the pool's last judged window; NaN before the first.
+    double last_error_ratio;
+    // Times the limit was cut.
+    uint64_t cuts;
+    // Calls reported ok (`fairq_report_downstream`).
+    uint64_t reports_ok;
+    // Calls reported failed.
+    uint64_t reports_error;
+    // The in-flight limit in force: the pool's bound, unless shedding cut it.
+    uint32_t limit;
+    // 1 while the pool sheds (its limit is under its bound).
+    uint32_t shedding;
+} fairq_pool_shedding;
+
+// Fairness indicators over every tenant holding a slot (`fairq_fairness_get`): the smallest
+// and largest value of each. A min/max that no tenant has yet (no tenant expected a cost unit,
+// waited, or sent a request) is NaN. The usual alerts read straight off it:
+// `fair_share_ratio_min < 0.7`, `starvation_current_max_s > 30`, `refusal_rate_max -
+// refusal_rate_min > 0.15`.
+typedef struct fairq_fairness {
+    // Tenants holding a slot (active, or idle and not reused yet).
+    uint64_t tenants;
+    // Over tenants with at least one expected cost unit.
+    double fair_share_ratio_min;
+    // Over tenants with at least one expected cost unit.
+    double fair_share_ratio_max;
+    // Wait p95 in seconds, over tenants with at least one wait.
+    double wait_p95_min_s;
+    // Wait p95 in seconds, over tenants with at least one wait.
+    double wait_p95_max_s;
+    // Over tenants with at least one request.
+    double refusal_rate_min;
+    // Over tenants with at least one request.
+    double refusal_rate_max;
+    // Open starvation window in seconds (0 when not ready).
+    double starvation_current_min_s;
+    // Open starvation window in seconds (0 when not ready).
+    double starvation_current_max_s;
+    // Longest starvation window so far, in seconds.
+    double starvation_longest_min_s;
+    // Longest starvation window so far, in seconds.
+    double starvation_longest_max_s;
+} fairq_fairness;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -470,14 +589,18 @@ const char *fairq_version(void);
 uint64_t fairq_now_ns(void);
 
 // Fills `*config` with the defaults (disabled; 1024 tenants; 64 per tenant; 4096 queued; 8 in
-// flight; weight 1; 30 s budget). NULL is a no-op.
+// flight; weight 1; 30 s budget). NULL, or a pointer misaligned for `fairq_config`, is a no-op:
+// nothing is written (this function has no status to report it).
 //
 // # Safety
 // A non-NULL `config` must be valid for a write of a `fairq_config`.
 void fairq_config_default(struct fairq_config *config);
 
 // Checks `*config`. `FAIRQ_OK`, or `FAIRQ_ERR_INVALID_CONFIG` with a message naming the field
-// and its range copied into `buf` (truncated, NUL-terminated; `buf` may be NULL or `len` 0).
+// and its range copied into `buf` (truncated, NUL-terminated; `buf` may be NULL or `len` 0:
+// no message). The message of the table cap names the fields whose product is too large and
+// the bytes needed. `FAIRQ_ERR_NULL` for a NULL `config`, `FAIRQ_ERR_INVALID_ARGUMENT` for a
+// misaligned one.
 //
 // # Safety
 // `config` must point to an initialised `fairq_config`; a non-NULL `buf` must be valid for
@@ -485,18 +608,27 @@ void fairq_config_default(struct fairq_config *config);
 int32_t fairq_config_check(const struct fairq_config *config, char *buf, size_t len);
 
 // Builds an engine from `*config` and writes it to `*engine_out`. All memory is allocated
-// here. `FAIRQ_ERR_INVALID_CONFIG` when a field is out of range (`fairq_config_check` says
-// which). Release it with `fairq_engine_free`.
+// here. Pointers first, in order (`config`, then `engine_out`: NULL → `FAIRQ_ERR_NULL`,
+// misaligned → `FAIRQ_ERR_INVALID_ARGUMENT`), then `FAIRQ_ERR_INVALID_CONFIG` when a field is
+// out of range or the tables would pass the 4 GiB cap (`fairq_config_check` says which).
+// Release it with `fairq_engine_free`.
 //
 // # Safety
 // `config` must point to an initialised `fairq_config`; `engine_out` must be valid for a
 // write of a pointer.
 int32_t fairq_engine_new(const struct fairq_config *config, struct fairq_engine **engine_out);
 
-// Releases an engine and everything it holds. NULL is a no-op. Must be the last call on this
-// engine: no other thread may be using it, and outstanding tickets become meaningless. A fleet
-// made from it (`fairq_fleet_new`) keeps the engine itself alive, and may go on running, until
-// `fairq_fleet_free`: free the fleet too.
+// Releases an engine and everything it holds. NULL is a no-op, and so is a pointer that is
+// misaligned or not a live engine (see `FAIRQ_ERR_INVALID_HANDLE`). Must be the last call on
+// this engine: no other thread may be using it, and outstanding tickets become meaningless. A
+// fleet made from it (`fairq_fleet_new`) keeps the engine itself alive, and may go on running,
+// until `fairq_fleet_free`: free the fleet too.
+//
+// A freed handle is like a pointer after `free()`: using it (freeing it again included) is
+// undefined behaviour. As a best-effort aid only, this function poisons the handle's tag before
+// releasing its memory, and every call checks the tag, so a stale handle usually gets
+// `FAIRQ_ERR_INVALID_HANDLE` (or, for `fairq_engine_free`, is ignored) as long as its memory
+// has not been reused. Do not rely on it.
 //
 // # Safety
 // A non-NULL `engine` must come from `fairq_engine_new` and not have been freed.
@@ -518,11 +650,12 @@ int32_t fairq_is_enabled(const struct fairq_engine *engine, bool *enabled);
 // Hashes a raw identifier (user id, team id, API key id; `len` bytes, not NUL-terminated) to
 // the 64-bit tenant key used by requests and weights. The function is specified, so the same
 // bytes give the same key in every process, build, CPU and binding: XXH3-64 with seed 0 over
-// the `len` bytes, 0 mapped to 1. Test vectors: `"acme"` -> `0x44ad98655d8858e1`;
-// `"0123456789abcdef"` repeated 64 times (1 KiB) -> `0x540ffccbf24ea528`; `"naïve-租户"`
-// (UTF-8, 13 bytes) -> `0xd812649601f883b6`; the function over no bytes is
-// `0x2d06800538d394c2`, but an empty identifier is refused here:
-// `FAIRQ_ERR_INVALID_ARGUMENT`.
+// the `len` bytes, 0 mapped to 1 (so a key is never 0). Test vectors: `"acme"` ->
+// `0x44ad98655d8858e1`; `"0123456789abcdef"` repeated 64 times (1 KiB) ->
+// `0x540ffccbf24ea528`; `"naïve-租户"` (UTF-8, 13 bytes) -> `0xd812649601f883b6`; the function
+// over no bytes is `0x2d06800538d394c2`, but an empty identifier is refused here.
+// `FAIRQ_ERR_NULL` for a NULL `raw` with `len` > 0 or a NULL `key_out`;
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a misaligned `key_out` or an empty identifier.
 //
 // # Safety
 // `raw` must be valid for reads of `len` bytes; `key_out` must be writable.
@@ -531,8 +664,10 @@ int32_t fairq_tenant_key(const char *raw, size_t len, uint64_t *key_out);
 // Resolves the tenant of a request from its identifiers: the engine's configured
 // `tenant_dimension` first, then user, team, API key (empty values and a placeholder team do
 // not count). `FAIRQ_OK` writes the key and, if `dimension_out` is not NULL, the
-// `FAIRQ_TENANT_DIM_*` used. `FAIRQ_NOT_FOUND` when the request has no identifier (enqueue it
-// with `tenant_key` 0 to refuse it `no_tenant`). `FAIRQ_ERR_INVALID_ARGUMENT` for non-UTF-8.
+// `FAIRQ_TENANT_DIM_*` used; the key is never 0. `FAIRQ_NOT_FOUND` when the request has no
+// identifier (enqueue it with `tenant_key` 0 to refuse it `no_tenant`). A NULL string in the
+// identity is absent, whatever its length. `FAIRQ_ERR_INVALID_ARGUMENT` for a misaligned
+// `identity`, `key_out` or `dimension_out`, and (after the pointers) for a non-UTF-8 string.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `identity` must point to a `fairq_identity` whose
@@ -543,7 +678,8 @@ int32_t fairq_resolve_tenant(const struct fairq_engine *engine,
                              uint32_t *dimension_out);
 
 // Sets the weight (1..=10000) of the tenant whose raw identifier is the `len` bytes at `raw`,
-// at run time. A live tenant takes it at its next turn.
+// at run time. A live tenant takes it at its next turn. `FAIRQ_ERR_NULL` for a NULL `raw` with
+// `len` > 0; `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier or a weight out of range;
 // `FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES` when it would exceed `max_weight_classes`.
 //
 // # Safety
@@ -553,7 +689,8 @@ int32_t fairq_set_weight(const struct fairq_engine *engine,
                          size_t len,
                          uint32_t weight);
 
-// `fairq_set_weight` by tenant key (from `fairq_tenant_key`). Key 0 is invalid.
+// `fairq_set_weight` by tenant key (from `fairq_tenant_key`). Key 0 names no tenant:
+// `FAIRQ_ERR_INVALID_ARGUMENT`.
 //
 // # Safety
 // `engine` must be NULL or a live engine.
@@ -563,7 +700,9 @@ int32_t fairq_set_weight_key(const struct fairq_engine *engine,
 
 // Replaces the whole weight table with `count` entries and a new default weight, at run time,
 // without stopping traffic. Tenants not listed get `default_weight`. All or nothing: on an
-// error the old table stays. `entries` may be NULL when `count` is 0.
+// error the old table stays. `entries` may be NULL when `count` is 0 (`FAIRQ_ERR_NULL`
+// otherwise); a non-NULL `entries` must be aligned (`FAIRQ_ERR_INVALID_ARGUMENT`).
+// `FAIRQ_ERR_INVALID_ARGUMENT` for an entry with key 0 or a weight out of 1..=10000.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `entries` must be valid for reads of `count`
@@ -574,6 +713,7 @@ int32_t fairq_replace_weights(const struct fairq_engine *engine,
                               uint32_t default_weight);
 
 // Writes the weight the tenant gets now (its live slot's, else the table's) to `*weight_out`.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for key 0 (it names no tenant).
 //
 // # Safety
 // `engine` must be NULL or a live engine; `weight_out` must be writable.
@@ -583,6 +723,7 @@ int32_t fairq_weight_of(const struct fairq_engine *engine,
 
 // Writes the grants and cost units granted to a tenant since it took its slot. `FAIRQ_NOT_FOUND`
 // when it holds no slot (idle long enough to be evicted, or never seen).
+// `FAIRQ_ERR_INVALID_ARGUMENT` for key 0 (it names no tenant).
 //
 // # Safety
 // `engine` must be NULL or a live engine; both out-pointers must be writable.
@@ -601,8 +742,10 @@ int32_t fairq_enqueue(const struct fairq_engine *engine,
 
 // Holds a refused request in its tenant's queue (`FAIRQ_QUEUED`: `result` has the ticket,
 // position and estimated wait), or refuses it at once (`FAIRQ_REFUSED`: `result` has the
-// reason and the position it would have had). `now_ns` is monotonic ns.
-// `FAIRQ_ERR_INVALID_ARGUMENT` for a dimension code or cost out of range.
+// reason and the position it would have had; a request with `tenant_key` 0 is refused
+// `FAIRQ_REASON_NO_TENANT`). `now_ns` is monotonic ns. `FAIRQ_ERR_NULL` for a NULL `request`
+// or `result`, `FAIRQ_ERR_INVALID_ARGUMENT` for a misaligned one and (after the pointers) for
+// a dimension code or cost out of range.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `request` must point to an initialised
@@ -653,9 +796,20 @@ int32_t fairq_complete(const struct fairq_engine *engine,
 // `FAIRQ_OUTCOME_ADMITTED`: the ticket ends (`FAIRQ_OK`). `FAIRQ_OUTCOME_STILL_REFUSED`: the
 // request goes back into its tenant's queue, ready after `retry_after_ns`, if that fits its
 // budget (`FAIRQ_REQUEUED`, ticket stays valid), else the ticket ends (`FAIRQ_REFUSED`, reason
-// `wait_exceeds_budget` or a full queue). `completion` may be NULL; when not, it gets the
-// details. `FAIRQ_ERR_STALE_TICKET` / `FAIRQ_ERR_TICKET_STATE` for a ticket that is not
-// granted now (ended, forged, queued, completed twice).
+// `wait_exceeds_budget` or a full queue). `completion` may be NULL; when not, it must be
+// aligned (`FAIRQ_ERR_INVALID_ARGUMENT`) and it gets the details.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for an outcome code out of range (checked before the ticket).
+// `FAIRQ_ERR_STALE_TICKET` / `FAIRQ_ERR_TICKET_STATE` for a ticket that is not granted now
+// (ended, forged, queued, completed twice).
+//
+// A `fairq_cancel` of the same ticket racing a still-refused completion ends the request
+// exactly once: if the cancel ends the ticket first, this returns `FAIRQ_ERR_STALE_TICKET`; if
+// this call owns the ticket first, the cancel waits for the requeue, then cancels the
+// requeued ticket, and this returns `FAIRQ_REQUEUED`. In the rare case that the push back
+// into the tenant's queue fails after the ticket was published and the cancel ended it
+// meanwhile, this also returns `FAIRQ_REQUEUED` (the cancel returned `FAIRQ_OK`; the request
+// ended once, cancelled). So after `FAIRQ_REQUEUED` the ticket is queued, or was ended by the
+// cancel that raced it.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `completion` must be NULL or writable.
@@ -700,6 +854,12 @@ int32_t fairq_cancel(const struct fairq_engine *engine, uint64_t ticket);
 // back. Counted as `cancelled`: for a budget timer use `fairq_expire`, counted as
 // `deadline_exceeded`. `FAIRQ_ERR_STALE_TICKET` when it already ended.
 //
+// Racing a still-refused `fairq_complete` of the same ticket, exactly one of the two ends the
+// request: a cancel that reaches the ticket while the completion requeues it waits for the
+// requeue, then cancels the requeued ticket (`FAIRQ_OK`; the completion returns
+// `FAIRQ_REQUEUED`); a cancel that comes after the completion ended the ticket gets
+// `FAIRQ_ERR_STALE_TICKET`.
+//
 // # Safety
 // `engine` must be NULL or a live engine.
 int32_t fairq_cancel_at(const struct fairq_engine *engine, uint64_t ticket, uint64_t now_ns);
@@ -716,7 +876,8 @@ int32_t fairq_expire(const struct fairq_engine *engine,
 // `deadline_exceeded` (use it instead of `fairq_cancel` for budget timers: while
 // `max_in_flight` grants are out the engine cannot reach expired heads itself). When `refusal`
 // is not NULL it gets the reason, position and wait. `FAIRQ_ERR_TICKET_STATE` for a granted
-// ticket, `FAIRQ_ERR_STALE_TICKET` when it already ended.
+// ticket, `FAIRQ_ERR_STALE_TICKET` when it already ended. A non-NULL `refusal` must be aligned
+// (`FAIRQ_ERR_INVALID_ARGUMENT`, nothing ended).
 //
 // # Safety
 // `engine` must be NULL or a live engine; `refusal` must be NULL or writable.
@@ -725,7 +886,19 @@ int32_t fairq_expire_at(const struct fairq_engine *engine,
                         uint64_t now_ns,
                         struct fairq_completion *refusal);
 
-// Fills `*stats` with a snapshot of the gauges and counters.
+// Fills `*stats` with the gauges and counters. Lock-free, O(`max_tenants`): for metrics, not
+// per request. What it guarantees while other calls run:
+// - each field is read atomically, but the struct is not one atomic snapshot: fields are read
+//   one after another while other threads go on;
+// - the gauges `queued` and `in_flight` never read above their bounds (`queue_capacity`,
+//   `max_in_flight`);
+// - `tenants` counts the tenants holding a slot: at most the table's `max_tenants +
+//   max_tenants / 4 + 1` slots (a tenant coming back to its own idle slot is let in even when
+//   `max_tenants` others are active), and while calls run it may briefly count a slot that is
+//   changing hands twice;
+// - counters never decrease from one call to the next (on one thread);
+// - once no call is running on the engine, `enqueued == completed + cancelled + expired +
+//   refused_after_wait + queued + in_flight`, and `tenants` is exact.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `stats` must be writable.
@@ -869,7 +1042,8 @@ int32_t fairq_tenant_indicators(const struct fairq_engine *engine,
 
 // Reads one tenant's fairness indicators, with starvation windows measured at `now_ns`.
 // Lock-free. `FAIRQ_OK` fills `*out`; `FAIRQ_NOT_FOUND` when the tenant holds no slot (never
-// seen, or its idle slot was reused). `FAIRQ_ERR_INVALID_ARGUMENT` for key 0.
+// seen, or its idle slot was reused). `FAIRQ_ERR_INVALID_ARGUMENT` for a misaligned `out` and
+// for key 0 (it names no tenant).
 //
 // # Safety
 // `engine` must be NULL or a live engine; `out` must be writable.
@@ -893,6 +1067,295 @@ int32_t fairq_tick(const struct fairq_engine *engine, struct fairq_tick_report *
 int32_t fairq_tick_at(const struct fairq_engine *engine,
                       uint64_t now_ns,
                       struct fairq_tick_report *report);
+
+// Makes a builder from `*config` (every field of `fairq_config` applies; every control it
+// lacks starts off) and writes it to `*builder_out`. `FAIRQ_ERR_INVALID_CONFIG` when a field
+// is out of range, with the message naming it copied into `buf` (truncated, NUL-terminated;
+// `buf` may be NULL or `len` 0). Release it with `fairq_engine_builder_free`.
+//
+// # Safety
+// `config` must point to an initialised `fairq_config`; `builder_out` must be valid for a
+// write of a pointer; a non-NULL `buf` must be valid for writes of `len` bytes.
+int32_t fairq_engine_builder_new(const struct fairq_config *config,
+                                 struct fairq_engine_builder **builder_out,
+                                 char *buf,
+                                 size_t len);
+
+// Releases a builder. NULL is a no-op. Engines it built are not affected.
+//
+// # Safety
+// A non-NULL `builder` must come from `fairq_engine_builder_new` and not have been freed, and
+// no other call may use it during or after this one.
+void fairq_engine_builder_free(struct fairq_engine_builder *builder);
+
+// Copies the message of the last rejected setter (the field at fault and its range) into
+// `buf` (truncated, NUL-terminated); an empty string when the last setter succeeded. `*needed`
+// (if not NULL) gets the bytes the whole message takes, its NUL included.
+//
+// # Safety
+// `builder` must be NULL or a live builder; a non-NULL `buf` must be valid for writes of `len`
+// bytes; `needed` must be NULL or writable.
+int32_t fairq_engine_builder_message(const struct fairq_engine_builder *builder,
+                                     char *buf,
+                                     size_t len,
+                                     size_t *needed);
+
+// Adds a weight tier: `name` (`name_len` bytes, ASCII letters, digits, `_` or `-`, 1..=32,
+// matched case-insensitively) weighs `weight` (1..=10000). At most 16 tiers, distinct names;
+// the tiers and `default_weight` together need at most `max_weight_classes` distinct weights
+// (their weight classes are made when the engine is built, so `fairq_set_tier` never runs out
+// of them). `FAIRQ_ERR_INVALID_CONFIG` (see `fairq_engine_builder_message`) otherwise.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `name` must be valid for reads of `name_len`
+// bytes.
+int32_t fairq_engine_builder_add_tier(struct fairq_engine_builder *builder,
+                                      const char *name,
+                                      size_t name_len,
+                                      uint32_t weight);
+
+// Turns the starvation guard on: each weight class with ready tenants gets at least the
+// larger of `min_grants_per_minute` (1..=60000) grants a minute or `min_share_percent`
+// (0..=50; 0: no share floor) % of all grants. `min_grants_per_minute` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_starvation_guard(struct fairq_engine_builder *builder,
+                                                  uint32_t min_grants_per_minute,
+                                                  uint32_t min_share_percent);
+
+// Turns the wait boost on: a tenant ready and unserved for longer than `after_ms`
+// (1000..=3600000) gets +1 weight until it is served; at most `max_boosted` (1..=65536)
+// tenants at once. Boosts start in `fairq_tick`: call it about once a second. `after_ms` 0
+// turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_wait_boost(struct fairq_engine_builder *builder,
+                                            uint64_t after_ms,
+                                            uint32_t max_boosted);
+
+// Turns the feedback controller on: once per `period_ms` (60000..=3600000) of `fairq_tick`
+// calls, each tenant's effective weight moves by 1 towards its fair share, within
+// `floor_percent` (10..=100) and `ceiling_percent` (100..=1000) of its configured weight. The
+// thresholds keep their values (defaults: raise below 90 %, lower above 110 %, judge tenants
+// expecting at least 100 cost units a period; see
+// `fairq_engine_builder_set_feedback_thresholds`). `period_ms` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_feedback(struct fairq_engine_builder *builder,
+                                          uint64_t period_ms,
+                                          uint32_t floor_percent,
+                                          uint32_t ceiling_percent);
+
+// The feedback controller's thresholds: raise a tenant whose period fair-share ratio is below
+// `low_ratio_percent` (10..=100), lower one above `high_ratio_percent` (100..=1000), and judge
+// only tenants that expected at least `min_expected_cost` (1..=1000000000) cost units in the
+// period. Needs the controller on (`fairq_engine_builder_set_feedback` first):
+// `FAIRQ_ERR_INVALID_CONFIG` otherwise.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_feedback_thresholds(struct fairq_engine_builder *builder,
+                                                     uint32_t low_ratio_percent,
+                                                     uint32_t high_ratio_percent,
+                                                     uint64_t min_expected_cost);
+
+// Adds a bulkhead pool: at most `max_in_flight` (1..=the config's `max_in_flight`) grants of
+// requests to this downstream are out at once, on top of the global bound, so one slow
+// downstream holds only its own permits. Writes the pool's number, the `downstream` that
+// `fairq_enqueue_downstream` takes, to `*downstream_out` (0 for the first pool, then 1, ...).
+// At most 64 pools. With no pool (the default) every request shares the one global pool.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `downstream_out` must be NULL or writable.
+int32_t fairq_engine_builder_add_pool(struct fairq_engine_builder *builder,
+                                      uint32_t max_in_flight,
+                                      uint32_t *downstream_out);
+
+// Turns load shedding on for the bulkhead pools (add them first): when a pool's downstream
+// error rate over a window of `window_ms` (100..=3600000) passes `error_percent` (1..=100; the
+// usual rule is 2), with at least `min_requests` (1..=1000000; 0: the default, 20) reports in
+// the window, the pool's in-flight limit is cut in half (never below 1); each calm window grows
+// it back by an eighth of the pool's bound. While a pool's limit is cut, a request to it that
+// cannot be served within its budget is refused at once with
+// `FAIRQ_REASON_DOWNSTREAM_SHEDDING`. Feed it with `fairq_report_downstream`.
+// `error_percent` 0 turns it off again.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_shedding(struct fairq_engine_builder *builder,
+                                          uint32_t error_percent,
+                                          uint64_t window_ms,
+                                          uint32_t min_requests);
+
+// Turns the fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio,
+// starvation window, and the engine-wide wait histogram) on or off. On by default; off saves a
+// few atomic writes per request, and `fairq_tenant_indicators` then answers `FAIRQ_NOT_FOUND`.
+// The wait boost and the feedback controller need them: `FAIRQ_ERR_INVALID_CONFIG` when either
+// is on.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_indicators(struct fairq_engine_builder *builder, bool on);
+
+// How many tenants get their own fairness-indicator series in the Prometheus text (the top K
+// by requests; the min/max aggregates cover every tenant), 0..=1000. Default 20.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_indicator_top_k(struct fairq_engine_builder *builder,
+                                                 uint32_t top_k);
+
+// Builds an engine from the builder's configuration and writes it to `*engine_out`; the
+// builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
+//
+// # Safety
+// `builder` must be NULL or a live builder; `engine_out` must be valid for a write of a
+// pointer.
+int32_t fairq_engine_builder_build(const struct fairq_engine_builder *builder,
+                                   struct fairq_engine **engine_out);
+
+// Puts the tenant whose raw identifier is the `raw_len` bytes at `raw` in tier `tier`
+// (`tier_len` bytes, case-insensitive): its weight becomes the tier's, at run time, like
+// `fairq_set_weight`. `FAIRQ_ERR_INVALID_ARGUMENT` for an empty identifier or a tier the
+// engine was not built with.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `raw` and `tier` must be valid for reads of their
+// lengths.
+int32_t fairq_set_tier(const struct fairq_engine *engine,
+                       const char *raw,
+                       size_t raw_len,
+                       const char *tier,
+                       size_t tier_len);
+
+// `fairq_set_tier` by tenant key (from `fairq_tenant_key`). Key 0 is invalid.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `tier` must be valid for reads of `tier_len` bytes.
+int32_t fairq_set_tier_key(const struct fairq_engine *engine,
+                           uint64_t tenant_key,
+                           const char *tier,
+                           size_t tier_len);
+
+// Writes the weight of tier `tier` (`tier_len` bytes, case-insensitive) to `*weight_out`.
+// `FAIRQ_NOT_FOUND` (nothing written) when the engine has no such tier.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `tier` must be valid for reads of `tier_len` bytes;
+// `weight_out` must be writable.
+int32_t fairq_tier_weight(const struct fairq_engine *engine,
+                          const char *tier,
+                          size_t tier_len,
+                          uint32_t *weight_out);
+
+// `fairq_enqueue_downstream_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_enqueue_downstream_at`.
+int32_t fairq_enqueue_downstream(const struct fairq_engine *engine,
+                                 const struct fairq_request *request,
+                                 uint32_t downstream,
+                                 struct fairq_enqueue_result *result);
+
+// `fairq_enqueue_at` for a request to bulkhead pool `downstream` (from
+// `fairq_engine_builder_add_pool`): its grant takes a permit of that pool too, so it waits
+// while the pool is full, and other pools' requests go ahead of it. With no pool configured
+// `downstream` is ignored (as `fairq_enqueue_at` does: it is `downstream` 0).
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `request` must point to an initialised
+// `fairq_request`; `result` must be writable.
+int32_t fairq_enqueue_downstream_at(const struct fairq_engine *engine,
+                                    const struct fairq_request *request,
+                                    uint32_t downstream,
+                                    uint64_t now_ns,
+                                    struct fairq_enqueue_result *result);
+
+// Writes the number of bulkhead pools (0 when none is configured) to `*count_out`.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `count_out` must be writable.
+int32_t fairq_pool_count(const struct fairq_engine *engine, uint32_t *count_out);
+
+// Fills `*stats` with pool `downstream`'s gauges. `FAIRQ_NOT_FOUND` (nothing written) when no
+// such pool is configured.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `stats` must be writable.
+int32_t fairq_pool_get_stats(const struct fairq_engine *engine,
+                             uint32_t downstream,
+                             struct fairq_pool_stats *stats);
+
+// `fairq_report_downstream_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_report_downstream_at`.
+int32_t fairq_report_downstream(const struct fairq_engine *engine, uint32_t downstream, bool ok);
+
+// Reports whether a call to pool `downstream`'s downstream succeeded (`ok`: for HTTP, any
+// status under 500), for load shedding's error rate: call it once per granted request that
+// reached the downstream, next to `fairq_complete`. A no-op while load shedding is off.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for a `downstream` that names no pool (when pools are
+// configured).
+//
+// # Safety
+// `engine` must be NULL or a live engine.
+int32_t fairq_report_downstream_at(const struct fairq_engine *engine,
+                                   uint32_t downstream,
+                                   bool ok,
+                                   uint64_t now_ns);
+
+// Fills `*out` with pool `downstream`'s shedding stage. `FAIRQ_NOT_FOUND` (nothing written)
+// when no such pool is configured. Without load shedding the limit is the pool's bound and
+// `shedding` 0.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_pool_get_shedding(const struct fairq_engine *engine,
+                                uint32_t downstream,
+                                struct fairq_pool_shedding *out);
+
+// `fairq_fairness_get_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_fairness_get_at`.
+int32_t fairq_fairness_get(const struct fairq_engine *engine, struct fairq_fairness *out);
+
+// Fills `*out` with the indicators' min/max over every tenant, starvation windows measured at
+// `now_ns`. Scans the tenant table (O(max_tenants), no lock, off the hot path).
+//
+// # Safety
+// `engine` must be NULL or a live engine; `out` must be writable.
+int32_t fairq_fairness_get_at(const struct fairq_engine *engine,
+                              uint64_t now_ns,
+                              struct fairq_fairness *out);
+
+// `fairq_fairness_top_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_fairness_top_at`.
+int32_t fairq_fairness_top(const struct fairq_engine *engine,
+                           struct fairq_indicators *out,
+                           size_t cap,
+                           size_t *count_out);
+
+// Writes the indicators of the tenants with the most requests, most first, into `out[0..]`:
+// at most `cap` of them and at most the engine's indicator top K (the tenants the Prometheus
+// text shows). `*count_out` gets how many were written; `out` may be NULL when `cap` is 0
+// (0 is written). Scans the tenant table (O(max_tenants), no lock, off the hot path).
+//
+// # Safety
+// `engine` must be NULL or a live engine; a non-NULL `out` must be valid for writes of `cap`
+// entries; `count_out` must be writable.
+int32_t fairq_fairness_top_at(const struct fairq_engine *engine,
+                              uint64_t now_ns,
+                              struct fairq_indicators *out,
+                              size_t cap,
+                              size_t *count_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -25,17 +25,27 @@
 //! every blocked tenant once, so expired heads come out as `Expired` and the rest block again.
 //!
 //! Everything is atomics and `ArrayQueue`s sized at build time: no lock, no allocation.
+//!
+//! # Load shedding
+//! With `Config::shedding`, each pool also judges its downstream's error rate
+//! (`Engine::report_downstream`, see `shedding.rs`): a pool over the threshold has its in-flight
+//! limit cut (the bound a grant must stay under is then the limit, not the configured bound),
+//! and while it is cut a request to it that cannot be served within its budget is refused at
+//! once (`downstream_shedding`). When a calm window grows the limit back, as many blocked
+//! tenants are handed back to the core as the limit grew, since no release would wake them.
 
 use crate::core::{Admit, SlotId};
+use crate::shedding::{PoolShed, ShedStats, Shedding};
 use crate::sync::{fence, ArrayQueue, AtomicU64, CachePadded, Ordering};
 
 /// Most downstream classes.
 pub const MAX_DOWNSTREAMS: usize = 64;
 
 struct Pool {
-    /// Most grants of this class out at once.
-    max: u64,
-    /// Grants of this class out now: never above `max`.
+    /// Most grants of this class out at once: the configured bound, unless load shedding cut
+    /// it; and the shedding state behind the limit.
+    shed: PoolShed,
+    /// Grants of this class out now: never above the configured bound.
     in_flight: AtomicU64,
     /// Tenants in `blocked` (raised before the push, lowered after the pop), so a releaser never
     /// polls an empty ring.
@@ -48,13 +58,19 @@ struct Pool {
 
 pub(crate) struct Bulkheads {
     pools: Box<[CachePadded<Pool>]>,
+    /// Load shedding's settings; `None`: off (the limits never move).
+    shedding: Option<Shedding>,
     /// The earliest deadline of a blocked head (ns), `u64::MAX` when none.
     earliest_deadline: CachePadded<AtomicU64>,
 }
 
 impl Bulkheads {
     /// `None` when `maxes` is empty (bulkheads off). `slots` sizes each blocked ring.
-    pub(crate) fn new(maxes: &[u32], slots: usize) -> Option<Bulkheads> {
+    pub(crate) fn new(
+        maxes: &[u32],
+        shedding: Option<Shedding>,
+        slots: usize,
+    ) -> Option<Bulkheads> {
         if maxes.is_empty() {
             return None;
         }
@@ -63,7 +79,7 @@ impl Bulkheads {
                 .iter()
                 .map(|&max| {
                     CachePadded::new(Pool {
-                        max: u64::from(max),
+                        shed: PoolShed::new(u64::from(max)),
                         in_flight: AtomicU64::new(0),
                         waiting: AtomicU64::new(0),
                         blocked: ArrayQueue::new(slots),
@@ -71,14 +87,15 @@ impl Bulkheads {
                     })
                 })
                 .collect(),
+            shedding,
             earliest_deadline: CachePadded::new(AtomicU64::new(u64::MAX)),
         })
     }
 
-    /// Takes a permit of pool `d`, if it has room.
+    /// Takes a permit of pool `d`, if it has room under the limit in force.
     fn try_acquire(&self, d: usize) -> bool {
         let pool = &self.pools[d];
-        crate::sync::try_increment_below(&pool.in_flight, pool.max)
+        crate::sync::try_increment_below(&pool.in_flight, pool.shed.limit())
     }
 
     /// Gives a permit of pool `d` back; returns a blocked tenant to re-place, if any.
@@ -117,7 +134,7 @@ impl Bulkheads {
             .fetch_min(deadline, Ordering::Relaxed);
         // SeqCst fence: pairs with `release`'s; see the module docs.
         fence(Ordering::SeqCst);
-        if pool.in_flight.load(Ordering::Relaxed) < pool.max {
+        if pool.in_flight.load(Ordering::Relaxed) < pool.shed.limit() {
             return self.pop_blocked(pool);
         }
         None
@@ -142,14 +159,71 @@ impl Bulkheads {
         Ok(())
     }
 
-    /// The holder is about to grant a head that goes to `downstream`: takes a permit of its pool.
+    /// The holder is about to grant, at `now`, a head that goes to `downstream`: takes a permit
+    /// of its pool.
     #[inline]
-    pub(crate) fn admit(&self, downstream: u32) -> Admit {
-        if self.try_acquire(self.pool_of(downstream)) {
-            Admit::Yes
-        } else {
-            Admit::No
+    pub(crate) fn admit(&self, downstream: u32, now: u64) -> Admit {
+        let d = self.pool_of(downstream);
+        if !self.try_acquire(d) {
+            return Admit::No;
         }
+        if self.shedding.is_some() {
+            self.pools[d].shed.admitted(now);
+        }
+        Admit::Yes
+    }
+
+    /// A request for `downstream` entered (`1`) or left (`-1`) the queue without a grant yet;
+    /// load shedding's wait estimate counts them. A no-op with shedding off.
+    #[inline]
+    pub(crate) fn queued(&self, downstream: u32, delta: i64) {
+        if self.shedding.is_some() {
+            self.pools[self.pool_of(downstream)].shed.queued(delta);
+        }
+    }
+
+    /// At enqueue: whether `downstream`'s pool sheds load and a request with `budget` ns cannot
+    /// be served within it (see `shedding.rs`). Always false with shedding off.
+    pub(crate) fn sheds(&self, downstream: u32, budget: u64, now: u64) -> bool {
+        let Some(config) = &self.shedding else {
+            return false;
+        };
+        let pool = &self.pools[self.pool_of(downstream)];
+        if !pool.shed.shedding() {
+            return false;
+        }
+        // Relaxed: an estimate.
+        let blocked = pool.waiting.load(Ordering::Relaxed) > 0;
+        pool.shed.expected_wait(config, blocked, now) > budget
+    }
+
+    /// Reports how a call to `downstream` went (see `Engine::report_downstream`): the tenants
+    /// to place again because the pool's limit grew (a release wakes only one, and the pool may
+    /// have none in flight to release).
+    pub(crate) fn report(&self, downstream: u32, ok: bool, now: u64) -> Vec<SlotId> {
+        let Some(config) = &self.shedding else {
+            return Vec::new();
+        };
+        let pool = &self.pools[self.pool_of(downstream)];
+        let grown = pool.shed.report(config, ok, now);
+        let mut woken = Vec::new();
+        for _ in 0..grown {
+            let Some(t) = pool.blocked.pop() else { break };
+            // Relaxed: see `Pool::waiting`.
+            pool.waiting.fetch_sub(1, Ordering::Relaxed);
+            woken.push(t);
+        }
+        woken
+    }
+
+    /// The in-flight limit in force for `downstream`'s pool, `None` with no such pool.
+    pub(crate) fn limit(&self, downstream: u32) -> Option<u64> {
+        self.pools.get(downstream as usize).map(|p| p.shed.limit())
+    }
+
+    /// Per pool: its shedding gauges and counters.
+    pub(crate) fn shedding_stats(&self) -> Vec<ShedStats> {
+        self.pools.iter().map(|p| p.shed.stats()).collect()
     }
 
     /// Parks tenant `t`, whose head (due by `deadline`) waits for `downstream`'s pool; returns a

@@ -8,11 +8,12 @@ use std::fmt;
 use crate::bulkhead::MAX_DOWNSTREAMS;
 use crate::identity::TenantDimension;
 use crate::policy::Policy;
+use crate::shedding::Shedding;
 
 pub use crate::limits::{MAX_COST, MAX_WEIGHT};
 /// Most weight classes (distinct weights in use) an engine can hold.
 pub const MAX_WEIGHT_CLASSES: u32 = 64;
-/// Most memory the fixed tables of one engine may take.
+/// Most memory the fixed tables of one engine may take: 4 GiB. See [`Config::table_bytes`].
 pub const MAX_ENGINE_BYTES: u64 = 4 << 30;
 
 const MAX_TENANTS: u32 = 1 << 22;
@@ -23,13 +24,24 @@ const MAX_WAIT_MS: u64 = 24 * 3_600_000;
 const MAX_TOP_K: u32 = 1_000;
 
 /// How an engine is sized and what it does. Build one with `Config::default()` and change fields.
+///
+/// Besides each field's range, the fixed tables ([`Config::table_bytes`]) must fit in
+/// `MAX_ENGINE_BYTES` (4 GiB), so the largest values cannot all be used at once: about
+/// `max_tenants × (820 + 30 × tenant_queue_capacity + 20 × (max_weight_classes + downstream
+/// classes))` bytes plus `64 × (queue_capacity + max_in_flight)`. With the other fields at their
+/// defaults, `max_tenants` 4194304 fits only with `tenant_queue_capacity` 1, and
+/// `tenant_queue_capacity` 1048576 only with `max_tenants` up to 135. [`Config::validate`]
+/// names the fields whose product is too large.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Off by default: a disabled engine refuses every request with `disabled`.
     pub enabled: bool,
-    /// Tenant table capacity: most tenants with queued or in-flight requests. 1..=4194304.
+    /// Tenant table capacity: a new tenant is refused `tenant_table_full` while `max_tenants`
+    /// tenants hold queued or in-flight requests; a tenant coming back to its own idle slot is
+    /// always let in, so up to `max_tenants + max_tenants / 4 + 1` (the table's slots) can be
+    /// active. 1..=4194304, and within the table cap.
     pub max_tenants: u32,
-    /// Per-tenant queue bound. 1..=1048576.
+    /// Per-tenant queue bound. 1..=1048576, and within the table cap.
     pub tenant_queue_capacity: u32,
     /// Global bound on queued requests, all tenants together. 1..=16777216.
     pub queue_capacity: u32,
@@ -44,7 +56,11 @@ pub struct Config {
     /// How long an idle tenant keeps its slot (and weight, counters) before a new tenant may take
     /// it, in ms. 0..=86400000. Default 1000.
     pub tenant_idle_ms: u64,
-    /// Most distinct weights in use at once. 1..=64. Default 8.
+    /// Most distinct weights the weight table (with the default weight and the tiers) may hold
+    /// at once. 1..=64. Default 8. A weight no tenant and no table entry refers to any more frees
+    /// its class; the engine keeps up to twice this many classes (at most 64), so tenants still
+    /// queued in the class of an old weight never block a change. The cost of a pick grows with
+    /// the classes in use, never with the tenants.
     pub max_weight_classes: u32,
     /// Fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio, starvation
     /// window) and the engine-wide wait histogram. On by default; off saves a few atomic writes
@@ -60,6 +76,11 @@ pub struct Config {
     /// `Request::downstream`. Empty (the default): off, one shared pool. At most 64 classes, each
     /// 1..=`max_in_flight`.
     pub downstream_max_in_flight: Vec<u32>,
+    /// Load shedding on the bulkhead pools: a pool whose downstream errors (reported with
+    /// `Engine::report_downstream`) pass a threshold gets its in-flight limit cut, and requests
+    /// it cannot serve within their budget are refused `downstream_shedding`. `None` (the
+    /// default): off. Needs `downstream_max_in_flight`.
+    pub shedding: Option<Shedding>,
 }
 
 impl Default for Config {
@@ -79,6 +100,7 @@ impl Default for Config {
             indicator_top_k: 20,
             policy: Policy::default(),
             downstream_max_in_flight: Vec::new(),
+            shedding: None,
         }
     }
 }
@@ -86,7 +108,8 @@ impl Default for Config {
 /// A configuration value out of its range.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
-    /// The field at fault, as named in `Config`.
+    /// The field at fault, as named in `Config`; for the table cap, the fields that size the
+    /// largest table (`"max_tenants x tenant_queue_capacity"`, ...).
     pub field: &'static str,
     /// What is allowed and what was given.
     pub message: String,
@@ -116,7 +139,11 @@ fn check_range<T: PartialOrd + fmt::Display + Copy>(
 }
 
 impl Config {
-    /// Checks every field and the memory the tables would take.
+    /// Checks every field, then the memory the tables would take: over `MAX_ENGINE_BYTES`, the
+    /// error's `field` names the factors of the largest table (`"max_tenants x
+    /// tenant_queue_capacity"`, `"max_weight_classes x max_tenants"`, `"downstream_max_in_flight
+    /// x max_tenants"` or `"queue_capacity + max_in_flight"`) and the message gives every
+    /// table's bytes.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_range("max_tenants", self.max_tenants, 1, MAX_TENANTS)?;
         check_range(
@@ -160,28 +187,57 @@ impl Config {
         for &max in &self.downstream_max_in_flight {
             check_range("downstream_max_in_flight", max, 1, self.max_in_flight)?;
         }
-        let bytes = self.table_bytes();
+        if let Some(shedding) = &self.shedding {
+            shedding.validate(self.downstream_max_in_flight.len())?;
+        }
+        let tables = self.tables();
+        let bytes: u64 = tables.iter().map(|&(_, b)| b).sum();
         if bytes > MAX_ENGINE_BYTES {
+            let field = tables
+                .iter()
+                .copied()
+                .max_by_key(|&(_, b)| b)
+                .map_or("max_tenants", |(field, _)| field);
+            let parts: Vec<String> = tables
+                .iter()
+                .filter(|&&(_, b)| b > 0)
+                .map(|(name, b)| format!("{name} {b}"))
+                .collect();
             return Err(ConfigError {
-                field: "max_tenants",
+                field,
                 message: format!(
-                    "max_tenants x tenant_queue_capacity (plus class rings and tickets) needs \
-                     {bytes} bytes, over the {MAX_ENGINE_BYTES}-byte limit"
+                    "the engine's tables would take {bytes} bytes, over the 4 GiB cap \
+                     ({MAX_ENGINE_BYTES} bytes); bytes by table: {}",
+                    parts.join(", ")
                 ),
             });
         }
         Ok(())
     }
 
-    /// Bytes the fixed tables take: tenant slots and queues, class rings, bulkhead rings, tickets.
+    /// Bytes the fixed tables take: tenant slots and queues, class rings, bulkhead rings,
+    /// tickets. With `S = max_tenants + max_tenants / 4 + 1` tenant slots and
+    /// `R = tenant_queue_capacity + tenant_queue_capacity / 2 + 1` ring entries per tenant:
+    /// `S × (640 + 16 × R) + (max_weight_classes + downstream classes) × (256 + 16 × S) +
+    /// 64 × (queue_capacity + max_in_flight)`. At most `MAX_ENGINE_BYTES` is allowed.
     pub fn table_bytes(&self) -> u64 {
+        self.tables().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// Each fixed table's bytes, named by the fields that size it.
+    fn tables(&self) -> [(&'static str, u64); 4] {
         let tenants = crate::core::slot_count(self.max_tenants as usize) as u64;
         let ring = crate::core::ring_capacity(self.tenant_queue_capacity as usize) as u64;
         let per_tenant = 640 + 16 * ring;
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
         let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
         let pools = self.downstream_max_in_flight.len() as u64 * (256 + 16 * tenants);
-        tenants * per_tenant + rings + pools + tickets
+        [
+            ("max_tenants x tenant_queue_capacity", tenants * per_tenant),
+            ("max_weight_classes x max_tenants", rings),
+            ("downstream_max_in_flight x max_tenants", pools),
+            ("queue_capacity + max_in_flight", tickets),
+        ]
     }
 
     /// The core's sizes and bounds.

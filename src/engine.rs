@@ -33,7 +33,7 @@ impl Engine {
         let features = Features {
             indicators: config.indicators.then(|| Indicators::new(slots)),
             policy: PolicyState::new(&config.policy, config.max_weight_classes as usize),
-            bulkheads: Bulkheads::new(&config.downstream_max_in_flight, slots),
+            bulkheads: Bulkheads::new(&config.downstream_max_in_flight, config.shedding, slots),
         };
         Ok(Engine {
             enabled: AtomicBool::new(config.enabled),
@@ -81,7 +81,45 @@ impl Engine {
         let Some(key) = request.tenant else {
             return Ok(self.core.refuse_on_arrival(spread, Reason::NoTenant, 0));
         };
+        if let Some(pools) = &self.core.hooks().bulkheads {
+            let budget = match request.timeout_ns {
+                0 => self.config.max_wait_ms.saturating_mul(crate::limits::MS),
+                timeout => timeout.min(self.config.max_wait_ms.saturating_mul(crate::limits::MS)),
+            };
+            if pools.sheds(request.downstream, budget, now) {
+                let reason = Reason::DownstreamShedding;
+                return Ok(self.core.refuse_on_arrival(spread, reason, 0));
+            }
+        }
         self.core.enqueue(key, request, now)
+    }
+
+    /// `report_downstream_at` with the monotonic clock.
+    pub fn report_downstream(&self, downstream: u32, ok: bool) -> Result<(), Error> {
+        self.report_downstream_at(downstream, ok, crate::clock::now_ns())
+    }
+
+    /// Reports whether a call to `downstream` (a bulkhead pool, as in `Request::downstream`)
+    /// succeeded, at `now`: load shedding judges each pool's error rate from these reports (a
+    /// companion of `complete`: call it when the downstream answered, e.g. `ok` for any status
+    /// under 500). Lock-free; a no-op while load shedding is off.
+    /// `Error::InvalidArgument` when pools are configured and `downstream` names none.
+    pub fn report_downstream_at(&self, downstream: u32, ok: bool, now: u64) -> Result<(), Error> {
+        let Some(pools) = &self.core.hooks().bulkheads else {
+            return Ok(());
+        };
+        pools.check_downstream(downstream)?;
+        let woken = pools.report(downstream, ok, now);
+        if !woken.is_empty() {
+            self.core.place_unblocked(woken, now);
+        }
+        Ok(())
+    }
+
+    /// The in-flight limit in force for pool `downstream`: its configured bound, unless load
+    /// shedding cut it. `None` with no such pool.
+    pub fn downstream_limit(&self, downstream: u32) -> Option<u64> {
+        self.core.hooks().bulkheads.as_ref()?.limit(downstream)
     }
 
     /// `next_grant_at` with the monotonic clock.
@@ -341,6 +379,15 @@ impl Engine {
     /// Grants the starvation guard made out of SWRR order.
     pub(crate) fn guard_grants(&self) -> u64 {
         self.core.hooks().policy.guard_grants()
+    }
+
+    /// Per bulkhead pool: its load-shedding gauges and counters. Empty with bulkheads off.
+    pub(crate) fn downstream_shedding(&self) -> Vec<crate::shedding::ShedStats> {
+        self.core
+            .hooks()
+            .bulkheads
+            .as_ref()
+            .map_or_else(Vec::new, Bulkheads::shedding_stats)
     }
 
     /// Per bulkhead pool: (in flight, tenants blocked, blocks so far). Empty with bulkheads off.

@@ -119,10 +119,17 @@ impl Hooks for Features {
     }
 
     #[inline]
-    fn admit(&self, downstream: u32) -> Admit {
+    fn admit(&self, downstream: u32, now: u64) -> Admit {
         match &self.bulkheads {
-            Some(pools) => pools.admit(downstream),
+            Some(pools) => pools.admit(downstream, now),
             None => Admit::Yes,
+        }
+    }
+
+    #[inline]
+    fn queued(&self, downstream: u32, delta: i64) {
+        if let Some(pools) = &self.bulkheads {
+            pools.queued(downstream, delta);
         }
     }
 

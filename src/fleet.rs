@@ -49,10 +49,10 @@ use crate::engine::{Engine, FleetTenant, MIN_FLEET_FACTOR};
 use crate::identity::TenantKey;
 
 /// A factor of 1024 is the tenant's full weight.
-pub const FULL_FLEET_FACTOR: u32 = 1024;
+pub const FULL_FLEET_FACTOR: u32 = crate::limits::FACTOR_ONE;
 /// Failures in a row after which factors relax back toward full weight.
 pub const DEGRADE_AFTER_FAILURES: u32 = 3;
-const MS: u64 = 1_000_000;
+use crate::limits::MS;
 /// Rates travel as integers, in thousandths of a cost unit per second.
 const RATE_SCALE: f64 = 1000.0;
 /// Largest rate sent (milli-units/s): Lua numbers are doubles, exact and printed as integers

@@ -1,10 +1,10 @@
 //! Who a request belongs to: refusal dimensions, tenant keys and the identity resolver.
 //!
-//! The engine never stores a raw identifier (R4): a tenant is known by a 64-bit hash
+//! The engine never stores a raw identifier: a tenant is known by a 64-bit hash
 //! (XXH3-64, see [`TenantKey::from_raw`]).
 //! Weights are also looked up by that hash, so the raw id is used only to compute it.
 
-/// The limiter dimension that refused a request. Only tenant dimensions are queueable (R2).
+/// The limiter dimension that refused a request. Only tenant dimensions are queueable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum Dimension {
@@ -39,7 +39,7 @@ impl Dimension {
         Dimension::Store,
     ];
 
-    /// True for the dimensions whose refusals are held in a tenant queue (R2).
+    /// True for the dimensions whose refusals are held in a tenant queue.
     pub fn is_queueable(self) -> bool {
         matches!(
             self,
@@ -67,7 +67,7 @@ impl Dimension {
     }
 }
 
-/// Which identifier keys the tenant queues and weights (R4).
+/// Which identifier keys the tenant queues and weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[repr(u32)]
 pub enum TenantDimension {
@@ -162,8 +162,8 @@ impl<'a> Identity<'a> {
         }
     }
 
-    /// Resolves the tenant (R4): the configured dimension first, then user, team, api_key.
-    /// Returns the dimension used and the key, or `None` when the request has no identifier (R3).
+    /// Resolves the tenant: the configured dimension first, then user, team, api_key.
+    /// Returns the dimension used and the key, or `None` when the request has no identifier.
     pub fn resolve(&self, preferred: TenantDimension) -> Option<(TenantDimension, TenantKey)> {
         [
             preferred,

@@ -43,6 +43,7 @@ mod indicators;
 mod limits;
 mod metrics;
 mod policy;
+mod shedding;
 mod sync;
 mod types;
 mod weights;
@@ -62,6 +63,7 @@ pub use policy::{
     FeedbackController, Policy, StarvationGuard, TickReport, Tier, WaitBoost, MAX_TIERS,
     MAX_TIER_NAME,
 };
+pub use shedding::Shedding;
 pub use types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
     Stats, Ticket,

@@ -20,7 +20,8 @@
 //! `indicator_top_k` tenants by requests (`rate_limit_fair_queue_tenant_*{tenant_dimension,
 //! tenant}`, `tenant` being the 16-hex-digit tenant key, never a raw identifier) and their
 //! min/max over every tenant (`rate_limit_fair_queue_fair_share_ratio{stat}` etc.); and, when
-//! the policies or bulkheads are on, their gauges and counters. See the README for the list.
+//! the policies, bulkheads or load shedding are on, their gauges and counters. See the README
+//! for the list.
 
 use std::fmt::Write;
 
@@ -315,6 +316,70 @@ impl Render<'_> {
                     name,
                     &format!("{d},downstream=\"{i}\""),
                     value(pool) as f64,
+                );
+            }
+        }
+        if self.engine.config().shedding.is_some() {
+            self.write_shedding(out, d);
+        }
+    }
+
+    fn write_shedding(&self, out: &mut String, d: &str) {
+        let pools = self.engine.downstream_shedding();
+        let label = |i: usize| format!("{d},downstream=\"{i}\"");
+        let series: [Family<crate::shedding::ShedStats, Option<f64>>; 5] = [
+            (
+                "downstream_limit",
+                "gauge",
+                "In-flight limit in force for the pool (its bound, unless load shedding cut it).",
+                |p| Some(p.limit as f64),
+            ),
+            (
+                "downstream_shedding",
+                "gauge",
+                "1 while the pool is in its shedding stage (its limit is under its bound).",
+                |p| Some(f64::from(u8::from(p.shedding))),
+            ),
+            (
+                "downstream_queued",
+                "gauge",
+                "Requests queued for the pool now (load shedding's wait estimate counts them).",
+                |p| Some(p.queued as f64),
+            ),
+            (
+                "downstream_shed_cuts_total",
+                "counter",
+                "Times load shedding cut the pool's limit (its error rate passed the threshold).",
+                |p| Some(p.cuts as f64),
+            ),
+            (
+                "downstream_error_ratio",
+                "gauge",
+                "Error ratio of the pool's last judged window (absent before the first).",
+                |p| p.last_error_ratio,
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            family(out, name, kind, help);
+            for (i, pool) in pools.iter().enumerate() {
+                if let Some(v) = value(pool) {
+                    sample(out, name, &label(i), v);
+                }
+            }
+        }
+        family(
+            out,
+            "downstream_reports_total",
+            "counter",
+            "Downstream calls reported for load shedding, by outcome.",
+        );
+        for (i, pool) in pools.iter().enumerate() {
+            for (outcome, n) in [("ok", pool.ok), ("error", pool.errors)] {
+                sample(
+                    out,
+                    "downstream_reports_total",
+                    &format!("{},outcome=\"{outcome}\"", label(i)),
+                    n as f64,
                 );
             }
         }

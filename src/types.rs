@@ -37,19 +37,22 @@ pub enum Reason {
     WaitExceedsBudget = 4,
     /// The budget ran out while queued.
     DeadlineExceeded = 5,
-    /// The refusing dimension names no tenant (R2).
+    /// The refusing dimension names no tenant.
     NotQueueable = 6,
-    /// The request has no user, team or key identifier (R3).
+    /// The request has no user, team or key identifier.
     NoTenant = 7,
-    /// The engine is disabled (R1).
+    /// The engine is disabled.
     Disabled = 8,
     /// The caller cancelled the request.
     Cancelled = 9,
+    /// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold)
+    /// and cannot serve it within its budget.
+    DownstreamShedding = 10,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::QueueFull,
         Reason::TenantQueueFull,
         Reason::TenantTableFull,
@@ -59,6 +62,7 @@ impl Reason {
         Reason::NoTenant,
         Reason::Disabled,
         Reason::Cancelled,
+        Reason::DownstreamShedding,
     ];
 
     /// The snake_case name used in metrics and error details.
@@ -73,6 +77,7 @@ impl Reason {
             Reason::NoTenant => "no_tenant",
             Reason::Disabled => "disabled",
             Reason::Cancelled => "cancelled",
+            Reason::DownstreamShedding => "downstream_shedding",
         }
     }
 
@@ -112,7 +117,7 @@ pub struct Request {
     pub dimension: Dimension,
     /// Opaque caller data, returned with the grant (a request pointer, an id).
     pub user_data: u64,
-    /// Estimated cost in resource units (R15). 1..=1000000.
+    /// Estimated cost in resource units. 1..=1000000.
     pub cost: u32,
     /// The limiter's Retry-After, in ns: the request is not ready before now + this.
     pub retry_after_ns: u64,
@@ -171,7 +176,7 @@ pub struct Grant {
     pub position: u32,
     /// The estimate made at (re)enqueue, in ns.
     pub estimated_wait_ns: u64,
-    /// Budget left for later stages (R12), in ns.
+    /// Budget left for later stages, in ns.
     pub remaining_budget_ns: u64,
 }
 
@@ -201,7 +206,7 @@ pub enum NextGrant {
     AtCapacity,
 }
 
-/// How a granted request fared when it re-checked its limiter (R7).
+/// How a granted request fared when it re-checked its limiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Admitted: the ticket ends.
@@ -279,7 +284,7 @@ pub struct Stats {
     /// Tickets ended because a requeue did not fit (after waiting).
     pub refused_after_wait: u64,
     /// All refusals by reason code (index = code - 1), on arrival and after waiting.
-    pub refused: [u64; 9],
+    pub refused: [u64; Reason::ALL.len()],
 }
 
 impl Stats {

@@ -1,4 +1,4 @@
-//! The weight table (R5): tenant key → weight, replaced whole at run time.
+//! The weight table: tenant key → weight, replaced whole at run time.
 //!
 //! Readers (a tenant claiming a slot) see one consistent table through the shim's `SharedPtr`
 //! (`ArcSwap`), without locking. Writers build a new table and swap it in.
@@ -26,6 +26,14 @@ impl WeightTable {
             .get(&key)
             .copied()
             .unwrap_or(self.default_weight)
+    }
+
+    /// Every weight the table can give: its entries' and the default (with repeats).
+    pub(crate) fn weights(&self) -> impl Iterator<Item = u32> + '_ {
+        self.by_key
+            .values()
+            .copied()
+            .chain(std::iter::once(self.default_weight))
     }
 
     pub(crate) fn with_entry(&self, key: u64, weight: u32) -> WeightTable {

@@ -30,7 +30,7 @@ fn c_test_suite_passes() {
     let stdout = run(&program);
     print!("{stdout}");
     assert!(
-        stdout.contains("c_api: 16 passed, 0 failed"),
+        stdout.contains("c_api: 17 passed, 0 failed"),
         "unexpected summary:\n{stdout}"
     );
 }

@@ -1,4 +1,4 @@
-//! Prometheus exposition (R11) checked with a real parser, and the fairness indicators (R16)
+//! Prometheus exposition checked with a real parser, and the fairness indicators
 //! checked on a fake clock.
 
 mod common;
@@ -358,7 +358,7 @@ fn fair_share_ratio_is_one_for_a_backlogged_weighted_set() {
 
 #[test]
 fn fair_share_ratio_counts_cost_units() {
-    // Same weights, different costs (R15): shares are in cost units, and the ratio still is 1.
+    // Same weights, different costs: shares are in cost units, and the ratio still is 1.
     let tenants = [("a", 3, 1), ("b", 3, 4), ("c", 1, 2), ("d", 1, 3)];
     let engine = engine(Config {
         max_wait_ms: 3_600_000,

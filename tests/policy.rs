@@ -1,4 +1,4 @@
-//! Weight policy (R17), feedback (R18) and bulkheads (R18), on a fake clock.
+//! Weight policy, feedback and bulkheads, on a fake clock.
 
 mod common;
 
@@ -125,7 +125,7 @@ fn policies_are_off_by_default_and_every_knob_is_validated() {
         "above max_in_flight 8"
     );
     assert_eq!(pools(vec![1; 65]), "downstream_max_in_flight");
-    // The seed's values are accepted.
+    // The usual values are accepted.
     Engine::new(Config {
         policy: Policy {
             tiers: Policy::standard_tiers(),

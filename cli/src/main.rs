@@ -19,7 +19,6 @@ mod chart;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod report;
-mod scenario;
 mod sched;
 mod sim;
 mod trace;
@@ -33,9 +32,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::scenario::Scenario;
 use crate::sim::RunResult;
 use crate::trace::Trace;
+use fairq_cli::scenario::{self, Scenario};
 
 /// The exit statuses, shown under `--help`.
 const EXIT_STATUS: &str = "\
@@ -78,7 +77,8 @@ enum Command {
 #[derive(Args, Clone)]
 struct SimulateArgs {
     /// Scenario TOML file, or the name of a built-in one: noisy-neighbour (the default),
-    /// tiers-steady, many-tenants, retry-storm (the files of examples/scenarios/, compiled in)
+    /// tiers-steady, many-tenants, retry-storm, downstream-errors (the files of
+    /// examples/scenarios/, compiled in)
     #[arg(long, short)]
     scenario: Option<String>,
     /// Drop this tenant group from the trace (a baseline run, e.g. `--without burster`).
@@ -313,9 +313,14 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
             for v in report::verdicts(run) {
                 text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
             }
+            text += &report::downstreams(&scenario, run);
             text.push('\n');
         }
-        let _ = writeln!(text, "{}\n", report::LEGEND);
+        let _ = writeln!(text, "{}", report::LEGEND);
+        if !scenario.downstreams.is_empty() {
+            let _ = writeln!(text, "{}", report::SHED_LEGEND);
+        }
+        text.push('\n');
         text += &report::bottom_lines(&runs);
         if !args.no_chart {
             let _ = writeln!(text, "chart written to {}", args.chart.display());

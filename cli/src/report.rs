@@ -95,6 +95,11 @@ pub fn table(run: &RunResult) -> String {
     for (_, label) in REASONS {
         let _ = write!(out, " {label:>8}");
     }
+    // Scenarios with downstreams: fairq's load shedding may refuse (the column is 0 elsewhere).
+    let shed = !run.downstreams.is_empty();
+    if shed {
+        let _ = write!(out, " {:>8}", "shed");
+    }
     let _ = writeln!(
         out,
         " {:>8} {:>8} {:>8} {:>10} {:>8} {:>9}",
@@ -114,6 +119,9 @@ pub fn table(run: &RunResult) -> String {
         for (reason, _) in REASONS {
             let _ = write!(out, " {:>8}", row.refused_for(reason));
         }
+        if shed {
+            let _ = write!(out, " {:>8}", row.refused_for(Reason::DownstreamShedding));
+        }
         let _ = writeln!(
             out,
             " {:>8} {:>8} {:>8} {:>10} {:>7.0}% {:>9.2}",
@@ -127,6 +135,163 @@ pub fn table(run: &RunResult) -> String {
         );
     }
     out
+}
+
+/// The legend's line for scenarios with downstreams.
+pub const SHED_LEGEND: &str = "\
+shed = downstream_shedding (fairq refused it at once: its downstream's pool sheds load and could
+  not serve it within its budget).";
+
+/// A downstream's phases around a scenario's first failure, and how fast fairq's pool reacted.
+pub fn downstreams(scenario: &Scenario, run: &RunResult) -> String {
+    let mut out = String::new();
+    let Some((failing, start, end)) = scenario.first_failure() else {
+        return out;
+    };
+    let (start_s, end_s) = ((start / SEC) as usize, (end / SEC) as usize);
+    let total_s = run
+        .downstreams
+        .first()
+        .map_or(0, |d| d.in_flight_by_s.len());
+    // Before: the 5 minutes before the failure; after: from a minute after its end, 5 minutes.
+    let before = start_s.saturating_sub(300)..start_s;
+    let during = start_s..end_s.min(total_s);
+    let after = (end_s + 60).min(total_s)..(end_s + 360).min(total_s);
+    let mean = |v: &[f64], r: &std::ops::Range<usize>| -> Option<f64> {
+        let s = v.get(r.clone())?;
+        (!s.is_empty()).then(|| s.iter().sum::<f64>() / s.len() as f64)
+    };
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let _ = writeln!(
+        out,
+        "  downstreams, mean in flight (before {}-{}, failing {}-{}, after {}-{}):",
+        clock(before.start),
+        clock(before.end),
+        clock(during.start),
+        clock(during.end),
+        clock(after.start),
+        clock(after.end)
+    );
+    for (i, d) in run.downstreams.iter().enumerate() {
+        let level = mean(&d.in_flight_by_s, &before);
+        let _ = write!(
+            out,
+            "    {:<10} bound {:>3}: {:>6} {:>6} {:>6}   {} granted, {} failed",
+            d.name,
+            d.bound,
+            f(level),
+            f(mean(&d.in_flight_by_s, &during)),
+            f(mean(&d.in_flight_by_s, &after)),
+            d.granted,
+            d.failed
+        );
+        let _ = writeln!(out);
+        if i != failing {
+            continue;
+        }
+        // fairq's pool: when its limit was first cut, and back at its bound.
+        if !d.limit_by_s.is_empty() {
+            let bound = u64::from(d.bound);
+            let cut = d.limit_by_s[start_s.min(d.limit_by_s.len())..]
+                .iter()
+                .position(|&l| l < bound);
+            let restored = d.limit_by_s[end_s.min(d.limit_by_s.len())..]
+                .iter()
+                .position(|&l| l >= bound);
+            let lowest = d
+                .limit_by_s
+                .get(during.clone())
+                .and_then(|s| s.iter().min());
+            out += &wrap(
+                &format!(
+                    "pool limit: first cut {} after the failure began (lowest {}), back at {} {} \
+                     after it ended",
+                    secs(cut),
+                    lowest.map_or("-".into(), |l| l.to_string()),
+                    bound,
+                    secs(restored)
+                ),
+                WIDTH,
+                "      ",
+                "        ",
+            );
+        }
+        // In flight: halved (5 s mean at most half the level before) and restored (10 s mean
+        // at least 90 % of it).
+        if let Some(level) = level {
+            let run_mean = |from: usize, len: usize| mean(&d.in_flight_by_s, &(from..from + len));
+            let halved = (start_s..end_s)
+                .find(|&s| run_mean(s, 5).is_some_and(|m| m <= level / 2.0))
+                .map(|s| s - start_s);
+            let restored = (end_s..total_s.saturating_sub(10))
+                .find(|&s| run_mean(s, 10).is_some_and(|m| m >= 0.9 * level))
+                .map(|s| s - end_s);
+            out += &wrap(
+                &format!(
+                    "in flight: at most half its level before {} after the failure began, back \
+                     to 90 % of it {} after it ended",
+                    secs(halved),
+                    secs(restored)
+                ),
+                WIDTH,
+                "      ",
+                "        ",
+            );
+        }
+    }
+    // The other downstreams' tenants: their p95 wait and throughput across the phases.
+    let bucket_s = (run.bucket_ns / SEC).max(1) as usize;
+    let buckets = |r: &std::ops::Range<usize>| r.start / bucket_s..r.end.div_ceil(bucket_s);
+    let _ = writeln!(
+        out,
+        "  tenants of the other downstreams: p95 wait ms and grants/s, before / failing / after"
+    );
+    for (g, row) in scenario.tenants.iter().zip(&run.rows) {
+        if scenario.downstream_of(g) == Some(failing as u32) {
+            continue;
+        }
+        let p95 = |r: &std::ops::Range<usize>| {
+            let mut all: Vec<u32> = row
+                .waits
+                .get(buckets(r))
+                .unwrap_or(&[])
+                .iter()
+                .flatten()
+                .copied()
+                .collect();
+            percentile_us(&mut all, 0.95).map(|us| us as f64 / 1000.0)
+        };
+        let rate = |r: &std::ops::Range<usize>| {
+            let b = buckets(r);
+            let n: u64 = row
+                .grants_by_bucket
+                .get(b.clone())
+                .unwrap_or(&[])
+                .iter()
+                .sum();
+            n as f64 / ((b.end - b.start).max(1) * bucket_s) as f64
+        };
+        let _ = writeln!(
+            out,
+            "    {:<12} p95 {:>7} / {:>7} / {:>7} ms   {:>6.1} / {:>6.1} / {:>6.1} grants/s",
+            row.name,
+            ms(p95(&before)),
+            ms(p95(&during)),
+            ms(p95(&after)),
+            rate(&before),
+            rate(&during),
+            rate(&after)
+        );
+    }
+    out
+}
+
+fn clock(s: usize) -> String {
+    format!("{:02}:{:02}", s / 60, s % 60)
+}
+
+fn secs(s: Option<usize>) -> String {
+    s.map_or("never".to_string(), |s| format!("{s} s"))
 }
 
 /// The legend printed once under the tables (lines of at most [`WIDTH`] columns).
@@ -505,21 +670,34 @@ fn round(v: f64, digits: i32) -> f64 {
 pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
     json!({
         "scenario": scenario.name,
-        "schedulers": runs.iter().map(|run| json!({
-            "name": run.name,
-            "tenants": run.rows.iter().map(|r| json!({
-                "id": r.name,
-                "weight": r.weight,
-                "offered": r.offered,
-                "granted": r.granted,
-                "refused": r.refused_total(),
-                "p50_wait_ms": r.wait_percentile_ms(0.50).map(|v| round(v, 3)),
-                "p95_wait_ms": r.wait_percentile_ms(0.95).map(|v| round(v, 3)),
-                "p99_wait_ms": r.wait_percentile_ms(0.99).map(|v| round(v, 3)),
-                "fair_share_ratio": r.fair_share_ratio().map(|v| round(v, 4)),
-                "max_starvation_ms": round(r.max_starvation_ns as f64 / 1e6, 3),
-            })).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
+        "schedulers": runs.iter().map(|run| {
+            let mut doc = json!({
+                "name": run.name,
+                "tenants": run.rows.iter().map(|r| json!({
+                    "id": r.name,
+                    "weight": r.weight,
+                    "offered": r.offered,
+                    "granted": r.granted,
+                    "refused": r.refused_total(),
+                    "p50_wait_ms": r.wait_percentile_ms(0.50).map(|v| round(v, 3)),
+                    "p95_wait_ms": r.wait_percentile_ms(0.95).map(|v| round(v, 3)),
+                    "p99_wait_ms": r.wait_percentile_ms(0.99).map(|v| round(v, 3)),
+                    "fair_share_ratio": r.fair_share_ratio().map(|v| round(v, 4)),
+                    "max_starvation_ms": round(r.max_starvation_ns as f64 / 1e6, 3),
+                })).collect::<Vec<_>>(),
+            });
+            // Only scenarios with downstreams have the key.
+            if !run.downstreams.is_empty() {
+                doc["downstreams"] = run.downstreams.iter().map(|d| json!({
+                    "name": d.name,
+                    "bound": d.bound,
+                    "granted": d.granted,
+                    "failed": d.failed,
+                    "lowest_limit": d.limit_by_s.iter().min(),
+                })).collect::<Vec<_>>().into();
+            }
+            doc
+        }).collect::<Vec<_>>(),
     })
 }
 

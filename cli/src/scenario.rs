@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 /// The built-in scenarios, by name: the files of `examples/scenarios/`, compiled in. The first
 /// is the one a bare `fairq` (and `cargo run --release`) simulates.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     (
         "noisy-neighbour",
         include_str!("../../examples/scenarios/noisy-neighbour.toml"),
@@ -29,6 +29,10 @@ pub const BUILTIN: [(&str, &str); 4] = [
     (
         "retry-storm",
         include_str!("../../examples/scenarios/retry-storm.toml"),
+    ),
+    (
+        "downstream-errors",
+        include_str!("../../examples/scenarios/downstream-errors.toml"),
     ),
 ];
 
@@ -55,6 +59,13 @@ pub struct Scenario {
     /// Accounting and chart resolution.
     #[serde(default)]
     pub report: ReportRules,
+    /// The downstreams behind the backend's slots (none: one anonymous downstream). fairq gives
+    /// each a bulkhead pool; a downstream may fail for a while.
+    #[serde(default)]
+    pub downstreams: Vec<Downstream>,
+    /// fairq's load shedding on those pools (none: off).
+    #[serde(default)]
+    pub shedding: Option<ShedRules>,
     /// Tenant groups. A group of `count` identical tenants is one row in the report.
     #[serde(deserialize_with = "non_empty")]
     pub tenants: Vec<TenantGroup>,
@@ -110,6 +121,56 @@ impl Service {
             Service::Exponential { mean_ms } | Service::Lognormal { mean_ms, .. } => mean_ms,
         }
     }
+}
+
+/// A downstream a tenant group's requests go to: fairq's bulkhead pool for it, and when it fails.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Downstream {
+    /// Name, referred to by `[[tenants]] downstream`.
+    pub name: String,
+    /// fairq's bulkhead pool for it: most of its requests in service at once,
+    /// 1..=`backend.max_in_flight` (fifo and drr only have the backend's slots).
+    #[serde(deserialize_with = "in_flight_range")]
+    pub max_in_flight: u32,
+    /// Periods during which some of its calls fail.
+    #[serde(default)]
+    pub failures: Vec<Failure>,
+}
+
+/// A period during which a downstream fails part of its calls, each after a timeout.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    /// Start, s from the beginning.
+    #[serde(deserialize_with = "non_negative_f64")]
+    pub start_s: f64,
+    /// Length, s.
+    #[serde(deserialize_with = "positive_f64")]
+    pub duration_s: f64,
+    /// Calls granted in the period that fail, %, 0..=100.
+    #[serde(deserialize_with = "percent_f64")]
+    pub error_percent: f64,
+    /// How long a failing call holds its slot, ms (a timeout), instead of its service time.
+    #[serde(deserialize_with = "non_negative_f64")]
+    pub error_ms: f64,
+}
+
+/// fairq's load shedding (`fairq::Shedding`), fed with each downstream call's outcome.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShedRules {
+    /// Error rate above which a window cuts the pool's limit, %.
+    pub error_percent: u32,
+    /// The judging window, ms.
+    pub window_ms: u64,
+    /// Fewest reports in a window for it to cut.
+    #[serde(default = "twenty")]
+    pub min_requests: u32,
+}
+
+fn twenty() -> u32 {
+    20
 }
 
 /// Budget, timeout and bound rules, applied alike by fifo, drr and fairq.
@@ -197,6 +258,9 @@ pub struct TenantGroup {
     /// Client retries after a refusal.
     #[serde(default)]
     pub retry: Option<Retry>,
+    /// The downstream its requests go to (`[[downstreams]] name`); default: the first.
+    #[serde(default)]
+    pub downstream: Option<String>,
 }
 
 fn one() -> u32 {
@@ -347,6 +411,19 @@ impl Scenario {
                 ),
             ));
         }
+        for group in &self.tenants {
+            if group.downstream.is_some() && self.downstream_of(group).is_none() {
+                return Err(fail(
+                    "downstream",
+                    format!(
+                        "tenant group {:?} names downstream {:?}, which no [[downstreams]] \
+                         declares",
+                        group.name,
+                        group.downstream.as_deref().unwrap_or("")
+                    ),
+                ));
+            }
+        }
         if self.engine_config().validate().is_err() {
             let e = self.engine_config().validate().unwrap_err();
             return Err(fail(e.field, e.message));
@@ -370,8 +447,44 @@ impl Scenario {
             tenant_idle_ms: self.queue.tenant_idle_ms,
             // One class per distinct weight, plus the default weight's.
             max_weight_classes: (distinct.len() as u32 + 1).min(fairq::MAX_WEIGHT_CLASSES),
+            downstream_max_in_flight: self.downstreams.iter().map(|d| d.max_in_flight).collect(),
+            shedding: self.shedding.map(|s| fairq::Shedding {
+                error_percent: s.error_percent,
+                window_ms: s.window_ms,
+                min_requests: s.min_requests,
+            }),
             ..fairq::Config::default()
         }
+    }
+
+    /// The index of the downstream `group`'s requests go to (0 without downstreams); `None`
+    /// when it names one that is not declared.
+    pub fn downstream_of(&self, group: &TenantGroup) -> Option<u32> {
+        match &group.downstream {
+            None => Some(0),
+            Some(name) => self
+                .downstreams
+                .iter()
+                .position(|d| &d.name == name)
+                .map(|i| i as u32),
+        }
+    }
+
+    /// The first failure of any downstream: (downstream, start ns, end ns).
+    pub fn first_failure(&self) -> Option<(usize, u64, u64)> {
+        let sec = 1e9; // nanoseconds per second
+        self.downstreams
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| d.failures.iter().map(move |f| (i, f)))
+            .min_by(|a, b| a.1.start_s.total_cmp(&b.1.start_s))
+            .map(|(i, f)| {
+                (
+                    i,
+                    (f.start_s * sec) as u64,
+                    ((f.start_s + f.duration_s) * sec) as u64,
+                )
+            })
     }
 
     /// Requests per second the backend serves when busy: slots / mean service time.
@@ -506,6 +619,10 @@ fn positive_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 
 fn non_negative_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     f64_where(d, |v| v >= 0.0, "a number >= 0")
+}
+
+fn percent_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    f64_where(d, |v| (0.0..=100.0).contains(&v), "in 0..=100")
 }
 
 fn unit_f64<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {

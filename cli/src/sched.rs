@@ -34,6 +34,8 @@ pub struct Offer {
     pub retry_after_ns: u64,
     /// Own timeout, ns (0: none).
     pub timeout_ns: u64,
+    /// The downstream it goes to (fairq's bulkhead pool).
+    pub downstream: u32,
 }
 
 /// The result of asking a scheduler for work while a backend slot is free.
@@ -55,10 +57,15 @@ pub trait Scheduler: Send {
     fn enqueue(&mut self, offer: Offer, now: u64) -> Result<(), Reason>;
     /// The next request to serve; the caller guarantees a free backend slot.
     fn next(&mut self, now: u64) -> Pick;
-    /// A granted request finished its service.
-    fn complete(&mut self, id: u32, now: u64);
+    /// A granted request finished its service; `ok`: its downstream call succeeded.
+    fn complete(&mut self, id: u32, now: u64, ok: bool);
     /// When a held request may become ready, if any is held.
     fn wakeup(&self) -> Option<u64>;
+    /// The in-flight limit in force for each downstream (fairq's pools, which load shedding
+    /// may cut); empty when the scheduler has none.
+    fn downstream_limits(&self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// Builds the scheduler called `name`.
@@ -187,7 +194,7 @@ impl Scheduler for Fifo {
         }
     }
 
-    fn complete(&mut self, _id: u32, _now: u64) {}
+    fn complete(&mut self, _id: u32, _now: u64, _ok: bool) {}
 
     fn wakeup(&self) -> Option<u64> {
         self.delayed.next()
@@ -340,7 +347,7 @@ impl Scheduler for Drr {
         }
     }
 
-    fn complete(&mut self, id: u32, _now: u64) {
+    fn complete(&mut self, id: u32, _now: u64, _ok: bool) {
         let tenant = self.owner[id as usize];
         self.tenants[tenant as usize].in_flight -= 1;
         self.release_tenant(tenant);
@@ -359,6 +366,10 @@ pub struct Fairq {
     keys: Vec<TenantKey>,
     tickets: Vec<fairq::Ticket>,
     owner: Vec<u32>,
+    /// Each request's downstream, for its report at completion.
+    downstream: Vec<u32>,
+    /// Downstreams with a bulkhead pool.
+    pools: u32,
 }
 
 impl Fairq {
@@ -378,6 +389,8 @@ impl Fairq {
             keys,
             tickets: Vec::new(),
             owner: Vec::new(),
+            downstream: Vec::new(),
+            pools: config.downstream_max_in_flight.len() as u32,
         }
     }
 }
@@ -393,12 +406,15 @@ impl Scheduler for Fairq {
             cost: offer.cost,
             retry_after_ns: offer.retry_after_ns,
             timeout_ns: offer.timeout_ns,
+            downstream: offer.downstream,
             ..Request::new(self.keys[offer.tenant as usize], Dimension::User)
         };
         if self.owner.len() <= offer.id as usize {
             self.owner.resize(offer.id as usize + 1, 0);
+            self.downstream.resize(offer.id as usize + 1, 0);
         }
         self.owner[offer.id as usize] = offer.tenant;
+        self.downstream[offer.id as usize] = offer.downstream;
         match self.engine.enqueue_at(&request, now) {
             Ok(Enqueued::Queued { .. }) => Ok(()),
             Ok(Enqueued::Refused(refusal)) => Err(refusal.reason),
@@ -428,7 +444,12 @@ impl Scheduler for Fairq {
         }
     }
 
-    fn complete(&mut self, id: u32, now: u64) {
+    fn complete(&mut self, id: u32, now: u64, ok: bool) {
+        if self.pools > 0 {
+            self.engine
+                .report_downstream_at(self.downstream[id as usize], ok, now)
+                .expect("the request's downstream names a pool");
+        }
         let ticket = self.tickets[id as usize];
         match self
             .engine
@@ -441,5 +462,11 @@ impl Scheduler for Fairq {
 
     fn wakeup(&self) -> Option<u64> {
         self.engine.next_wakeup_ns()
+    }
+
+    fn downstream_limits(&self) -> Vec<u64> {
+        (0..self.pools)
+            .map(|d| self.engine.downstream_limit(d).unwrap_or(0))
+            .collect()
     }
 }

@@ -18,6 +18,12 @@
 //!   the windows. 1.0 is exactly fair; under 1 the tenant got less than its weight entitles it to
 //!   given what it asked for. A tenant is *backlogged* in a window when its demand exceeded its
 //!   expected share there by more than 5% (plus one cost unit). The verdict uses the 10-minute moving sum.
+//! - **downstreams** (scenarios with `[[downstreams]]`): each downstream's mean in-flight count
+//!   per second, and the in-flight limit fairq's pool had in force at the end of each second. A
+//!   request granted while its downstream fails (a `failures` period) fails with the period's
+//!   probability, decided by its own seed (the same request fails under every scheduler), and
+//!   then holds its slot for the period's `error_ms` (a timeout) instead of its service time; the
+//!   scheduler learns the outcome at completion (fairq reports it to its pool).
 //! - **starvation_window**: the longest continuous time during which the tenant had at least
 //!   one ready waiter (queued and past its Retry-After, answered or not) and received no grant.
 //!   It opens when a waiter becomes ready while none was, restarts at every grant that leaves
@@ -28,6 +34,8 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use fairq::Reason;
+
+use crate::scenario::Failure;
 use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -64,13 +72,16 @@ struct Req {
     attempt: u32,
     key: u64,
     state: State,
+    downstream: u32,
+    /// Granted while its downstream failed, and failed.
+    failed: bool,
 }
 
 #[derive(Clone, Default)]
 struct TenantAcc {
     offered: u64,
     granted: u64,
-    refused: [u64; 9],
+    refused: [u64; Reason::ALL.len()],
     queued_cost: u64,
     win_start_queued: u64,
     win_arrived: u64,
@@ -100,7 +111,7 @@ pub struct RowResult {
     /// Requests granted.
     pub granted: u64,
     /// Refusals by reason code (index = code - 1).
-    pub refused: [u64; 9],
+    pub refused: [u64; Reason::ALL.len()],
     /// Waits of granted requests, µs, by chart bucket of their grant.
     pub waits: Vec<Vec<u32>>,
     /// Σ granted cost over the fair-share windows.
@@ -170,6 +181,66 @@ pub struct RunResult {
     pub events: u64,
     /// Things a correct scheduler never does (granted before its Retry-After, after its deadline).
     pub anomalies: Vec<String>,
+    /// One per `[[downstreams]]` entry (empty without).
+    pub downstreams: Vec<DownstreamResult>,
+}
+
+/// What one downstream saw under one scheduler.
+#[derive(Clone, Debug)]
+pub struct DownstreamResult {
+    /// Its name.
+    pub name: String,
+    /// Its pool's configured bound.
+    pub bound: u32,
+    /// Mean in-flight count in each second of the run.
+    pub in_flight_by_s: Vec<f64>,
+    /// fairq's pool limit in force at the end of each second (empty for fifo and drr).
+    pub limit_by_s: Vec<u64>,
+    /// Requests granted to it.
+    pub granted: u64,
+    /// Of which failed.
+    pub failed: u64,
+}
+
+/// A downstream's live accounting during a run.
+#[derive(Clone, Default)]
+struct DownstreamAcc {
+    in_flight: u32,
+    /// When `in_flight` last changed.
+    since: u64,
+    /// ns × requests in flight, per second.
+    area_by_s: Vec<f64>,
+    limit_by_s: Vec<u64>,
+    granted: u64,
+    failed: u64,
+    failures: Vec<Failure>,
+}
+
+impl DownstreamAcc {
+    /// `in_flight` changes by `delta` at `now`: books the time at the old count.
+    fn change(&mut self, now: u64, delta: i32) {
+        let mut t = self.since;
+        while t < now {
+            let s = (t / SEC) as usize;
+            let end = ((s as u64 + 1) * SEC).min(now);
+            if let Some(a) = self.area_by_s.get_mut(s) {
+                *a += f64::from(self.in_flight) * (end - t) as f64;
+            }
+            t = end;
+        }
+        self.since = now;
+        self.in_flight = self.in_flight.saturating_add_signed(delta);
+    }
+
+    /// The failure in force at `now`, if any.
+    fn failing(&self, now: u64) -> Option<Failure> {
+        let sec = SEC as f64;
+        self.failures.iter().copied().find(|f| {
+            let start = (f.start_s * sec) as u64;
+            let end = ((f.start_s + f.duration_s) * sec) as u64;
+            (start..end).contains(&now)
+        })
+    }
 }
 
 /// Runs `sched` over `trace`.
@@ -191,6 +262,7 @@ pub fn run(
             break;
         }
         sim.close_windows_until(now);
+        sim.sample_limits(&*sched, now);
         if let Some(bar) = progress {
             let s = now / SEC;
             if s > progressed_s {
@@ -206,7 +278,11 @@ pub fn run(
             match ev {
                 Ev::Done(id) => {
                     sim.in_flight -= 1;
-                    sched.complete(id, now);
+                    let req = sim.reqs[id as usize];
+                    if let Some(d) = sim.downstreams.get_mut(req.downstream as usize) {
+                        d.change(now, -1);
+                    }
+                    sched.complete(id, now, !req.failed);
                     sim.free(id);
                 }
                 // Ids are reused: the event is stale if its request ended and the id now
@@ -241,6 +317,10 @@ pub fn run(
     let end = trace.duration_ns;
     sim.close_windows_until(end);
     sim.close_window(end);
+    sim.sample_limits(&*sched, end);
+    for d in &mut sim.downstreams {
+        d.change(end, 0);
+    }
     if let Some(bar) = progress {
         bar.inc((end / SEC).saturating_sub(progressed_s));
     }
@@ -267,6 +347,9 @@ struct Sim<'a> {
     buckets: usize,
     events: u64,
     anomalies: Vec<String>,
+    downstreams: Vec<DownstreamAcc>,
+    /// Seconds whose pool limits are sampled.
+    limits_sampled: u64,
 }
 
 impl<'a> Sim<'a> {
@@ -283,7 +366,7 @@ impl<'a> Sim<'a> {
                 count: r.count,
                 offered: 0,
                 granted: 0,
-                refused: [0; 9],
+                refused: [0; Reason::ALL.len()],
                 waits: vec![Vec::new(); buckets],
                 fair_granted: 0.0,
                 fair_expected: 0.0,
@@ -321,6 +404,30 @@ impl<'a> Sim<'a> {
             buckets,
             events: 0,
             anomalies: Vec::new(),
+            downstreams: scenario
+                .downstreams
+                .iter()
+                .map(|d| DownstreamAcc {
+                    area_by_s: vec![0.0; trace.duration_ns.div_ceil(SEC) as usize],
+                    failures: d.failures.clone(),
+                    ..DownstreamAcc::default()
+                })
+                .collect(),
+            limits_sampled: 0,
+        }
+    }
+
+    /// Records the pools' limits for every second that ended by `now`.
+    fn sample_limits(&mut self, sched: &dyn Scheduler, now: u64) {
+        if self.downstreams.is_empty() || now / SEC <= self.limits_sampled {
+            return;
+        }
+        let limits = sched.downstream_limits();
+        while self.limits_sampled < now / SEC {
+            for (d, limit) in self.downstreams.iter_mut().zip(&limits) {
+                d.limit_by_s.push(*limit);
+            }
+            self.limits_sampled += 1;
         }
     }
 
@@ -367,6 +474,7 @@ impl<'a> Sim<'a> {
         let trace = self.trace;
         let spec = &trace.tenants[tenant as usize];
         let (cost, retry_after_ns, timeout_ns) = (spec.cost, spec.retry_after_ns, spec.timeout_ns);
+        let downstream = spec.downstream;
         let budget = match timeout_ns {
             0 => self.max_wait_ns,
             t => t.min(self.max_wait_ns),
@@ -380,6 +488,8 @@ impl<'a> Sim<'a> {
             attempt,
             key,
             state: State::Delayed,
+            downstream,
+            failed: false,
         });
         self.touch(tenant);
         let acc = &mut self.tenants[tenant as usize];
@@ -391,6 +501,7 @@ impl<'a> Sim<'a> {
             cost,
             retry_after_ns,
             timeout_ns,
+            downstream,
         };
         match sched.enqueue(offer, now) {
             Ok(()) => {
@@ -516,7 +627,21 @@ impl<'a> Sim<'a> {
         let wait_us = ((now - req.arrival) / 1000).min(u64::from(u32::MAX)) as u32;
         row.waits[bucket].push(wait_us);
         row.grants_by_bucket[bucket] += 1;
-        self.push(now + u64::from(req.service_us) * 1000, Ev::Done(id));
+        let mut service_ns = u64::from(req.service_us) * 1000;
+        if let Some(d) = self.downstreams.get_mut(req.downstream as usize) {
+            d.change(now, 1);
+            d.granted += 1;
+            if let Some(f) = d.failing(now) {
+                // The request's own seed decides, so it fails under every scheduler alike.
+                let draw = (mix(req.key ^ 0xfa11_ed00) >> 11) as f64 / (1u64 << 53) as f64;
+                if draw * 100.0 < f.error_percent {
+                    d.failed += 1;
+                    self.reqs[id as usize].failed = true;
+                    service_ns = (f.error_ms * 1e6) as u64;
+                }
+            }
+        }
+        self.push(now + service_ns.max(1), Ev::Done(id));
     }
 
     fn expired(&mut self, id: u32, now: u64) {
@@ -638,7 +763,20 @@ impl<'a> Sim<'a> {
             row.active_windows += u64::from(acc.active_windows);
             row.max_starvation_ns = row.max_starvation_ns.max(acc.max_starvation);
         }
-        let _ = self.scenario;
+        let downstreams = self
+            .scenario
+            .downstreams
+            .iter()
+            .zip(self.downstreams)
+            .map(|(spec, d)| DownstreamResult {
+                name: spec.name.clone(),
+                bound: spec.max_in_flight,
+                in_flight_by_s: d.area_by_s.iter().map(|a| a / SEC as f64).collect(),
+                limit_by_s: d.limit_by_s,
+                granted: d.granted,
+                failed: d.failed,
+            })
+            .collect();
         RunResult {
             name,
             rows: self.rows,
@@ -647,6 +785,7 @@ impl<'a> Sim<'a> {
             wall,
             events: self.events,
             anomalies: self.anomalies,
+            downstreams,
         }
     }
 }

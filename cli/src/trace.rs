@@ -33,6 +33,8 @@ pub struct Tenant {
     pub retry_after_ns: u64,
     /// Client retries after a refusal.
     pub retry: Option<Retry>,
+    /// The downstream its requests go to (0 without downstreams).
+    pub downstream: u32,
 }
 
 /// One request offered at `t`.
@@ -145,6 +147,7 @@ impl Trace {
                     timeout_ns: group.timeout_ms.saturating_mul(MS),
                     retry_after_ns: group.retry_after_ms.saturating_mul(MS),
                     retry: group.retry,
+                    downstream: scenario.downstream_of(group).unwrap_or(0),
                 });
             }
             rows.push(Row {

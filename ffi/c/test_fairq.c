@@ -551,8 +551,10 @@ static void test_weight_errors_and_bulk_replace(void) {
     /* Bulk replacement is all or nothing. */
     fairq_weight_entry bad[] = {{a, 3}, {b, 0}};
     assert(fairq_replace_weights(e, bad, 2, 1) == FAIRQ_ERR_INVALID_ARGUMENT);
-    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}};
-    assert(fairq_replace_weights(e, too_many, 2, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);
+    /* Four distinct weights with the default: over the three allowed. (Three would do: a weight
+       no tenant and no table entry refers to any more frees its class.) */
+    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}, {d, 9}};
+    assert(fairq_replace_weights(e, too_many, 3, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);
     uint32_t w = 0;
     assert(fairq_weight_of(e, a, &w) == FAIRQ_OK && w == 2);
     assert(fairq_weight_of(e, b, &w) == FAIRQ_OK && w == 3);
@@ -638,6 +640,94 @@ static void test_metrics(void) {
     assert(strstr(buf, "rate_limit_fair_queue_depth 1\n") != NULL);
     assert(strstr(buf, "reason=\"queue_full\"") != NULL);
     free(buf);
+    fairq_engine_free(e);
+}
+
+/* ------------------------------------------------------------------ the header's decisions */
+
+static void test_precedence_key_zero_and_time_limits(void) {
+    fairq_engine *e = new_engine(enabled_config());
+    fairq_request r = request(key_of("t"), 0);
+    fairq_enqueue_result er;
+    fairq_completion done;
+    fairq_grant g;
+    _Alignas(16) unsigned char junk[64];
+    memset(junk, 0xa5, sizeof junk);
+    void *odd = junk + 1; /* misaligned for every struct and integer the API takes */
+
+    /* Precedence: the handle, then the other pointers in argument order, then values, then the
+     * engine's answer. */
+    assert(fairq_enqueue_at(NULL, NULL, T0, NULL) == FAIRQ_ERR_NULL);
+    assert(fairq_enqueue_at((fairq_engine *)odd, NULL, T0, NULL) == FAIRQ_ERR_INVALID_HANDLE);
+    assert(fairq_enqueue_at(e, (fairq_request *)odd, T0, NULL) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_enqueue_at(e, NULL, T0, (fairq_enqueue_result *)odd) == FAIRQ_ERR_NULL);
+    r.dimension = 99;
+    assert(fairq_enqueue_at(e, &r, T0, NULL) == FAIRQ_ERR_NULL);
+    assert(fairq_enqueue_at(e, &r, T0, &er) == FAIRQ_ERR_INVALID_ARGUMENT);
+    r.dimension = FAIRQ_DIM_USER;
+    assert(fairq_complete_at(e, 12345, 7, 0, T0, (fairq_completion *)odd) ==
+           FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_complete_at(e, 12345, 7, 0, T0, &done) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_complete_at(e, 12345, FAIRQ_OUTCOME_ADMITTED, 0, T0, &done) ==
+           FAIRQ_ERR_STALE_TICKET);
+    assert(fairq_tenant_key(NULL, 1, (uint64_t *)odd) == FAIRQ_ERR_NULL);
+
+    /* A misaligned refusal pointer is refused like any other: the ticket stays queued. */
+    assert(enqueue_at(e, r, T0, &er) == FAIRQ_QUEUED);
+    assert(fairq_expire_at(e, er.ticket, T0, (fairq_completion *)odd) ==
+           FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(stats_of(e).queued == 1);
+    assert(fairq_expire_at(e, er.ticket, T0, &done) == FAIRQ_OK);
+    assert(done.reason == FAIRQ_REASON_DEADLINE_EXCEEDED);
+    for (size_t i = 0; i < sizeof junk; i++) assert(junk[i] == 0xa5);
+
+    /* Key 0 names no tenant: an error where a tenant is named, no_tenant in a request. */
+    uint32_t w = 0;
+    uint64_t grants = 0, cost = 0;
+    assert(fairq_weight_of(e, 0, &w) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_tenant_granted(e, 0, &grants, &cost) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(w == 0 && grants == 0 && cost == 0);
+    fairq_request nobody = request(0, 0);
+    assert(enqueue_at(e, nobody, T0, &er) == FAIRQ_REFUSED);
+    assert(er.reason == FAIRQ_REASON_NO_TENANT);
+
+    /* Near the end of time nothing wraps: deadlines and not-before times saturate. */
+    const uint64_t end = UINT64_MAX - 8 * MS;
+    assert(enqueue_at(e, r, end, &er) == FAIRQ_QUEUED);
+    assert(fairq_next_grant_at(e, end, &g) == FAIRQ_OK && g.ticket == er.ticket);
+    assert(g.remaining_budget_ns == 8 * MS); /* the deadline saturated at UINT64_MAX */
+    assert(fairq_complete_at(e, g.ticket, FAIRQ_OUTCOME_STILL_REFUSED, MS, end, &done) ==
+           FAIRQ_REQUEUED);
+    assert(fairq_next_grant_at(e, end, &g) == FAIRQ_EMPTY); /* not before end + 1 ms */
+    uint64_t wakeup = 0;
+    assert(fairq_next_wakeup_ns(e, &wakeup) == FAIRQ_OK && wakeup > end);
+    assert(fairq_next_grant_at(e, end + 3 * MS, &g) == FAIRQ_OK && g.ticket == er.ticket);
+    assert(fairq_complete_at(e, g.ticket, FAIRQ_OUTCOME_ADMITTED, 0, end + 3 * MS, NULL) ==
+           FAIRQ_OK);
+    /* A Retry-After past the end of time: ready by UINT64_MAX. */
+    r.retry_after_ns = 10 * MS;
+    assert(enqueue_at(e, r, end + 3 * MS, &er) == FAIRQ_QUEUED);
+    assert(fairq_next_grant_at(e, UINT64_MAX, &g) == FAIRQ_OK && g.ticket == er.ticket);
+    assert(fairq_complete_at(e, g.ticket, FAIRQ_OUTCOME_ADMITTED, 0, UINT64_MAX, NULL) ==
+           FAIRQ_OK);
+    r.retry_after_ns = 0;
+    assert(enqueue_at(e, r, UINT64_MAX, &er) == FAIRQ_QUEUED);
+    assert(fairq_cancel_at(e, er.ticket, UINT64_MAX) == FAIRQ_OK);
+    /* A clock that goes back is held at the latest time seen. */
+    assert(enqueue_at(e, r, 0, &er) == FAIRQ_QUEUED);
+    assert(fairq_next_grant_at(e, 0, &g) == FAIRQ_OK && g.ticket == er.ticket);
+    assert(fairq_complete_at(e, g.ticket, FAIRQ_OUTCOME_ADMITTED, 0, 0, NULL) == FAIRQ_OK);
+    assert_conserved(e);
+
+    /* The 4 GiB table cap: the message names the fields that multiply. */
+    fairq_config c = enabled_config();
+    c.max_tenants = 4194304;
+    c.tenant_queue_capacity = 1048576;
+    char msg[512];
+    assert(fairq_config_check(&c, msg, sizeof msg) == FAIRQ_ERR_INVALID_CONFIG);
+    assert(strstr(msg, "max_tenants x tenant_queue_capacity") != NULL);
+    c.tenant_queue_capacity = 1; /* the largest max_tenants fits with one place per tenant */
+    assert(fairq_config_check(&c, msg, sizeof msg) == FAIRQ_OK);
     fairq_engine_free(e);
 }
 
@@ -791,6 +881,7 @@ int main(void) {
     RUN(test_weight_errors_and_bulk_replace);
     RUN(test_resolve_tenant);
     RUN(test_metrics);
+    RUN(test_precedence_key_zero_and_time_limits);
     RUN(test_stress_four_threads);
     printf("c_api: %d passed, 0 failed\n", passed);
     return 0;

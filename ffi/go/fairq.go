@@ -21,6 +21,11 @@
 //		q.Complete(g.Ticket, true, 0) // the limiter re-check passed
 //	}
 //
+// NewWithControls takes what Config has no field for: tiers, the starvation guard, the wait
+// boost, the feedback controller (run by Tick), bulkhead pools (Request.Downstream) and the
+// indicators' top K. With -tags fairq_fleet, NewFleet joins an engine to a fleet through Redis
+// (link_fleet.go: the repository's release build with feature fleet).
+//
 // Errors are *Error values carrying the C status and its name; compare with errors.Is against
 // ErrStaleTicket and the other Err* values. An Engine is safe for concurrent use by any number
 // of goroutines; Close waits for calls in progress and makes later calls fail with ErrNull.
@@ -83,6 +88,9 @@ const (
 	ReasonNoTenant          Reason = C.FAIRQ_REASON_NO_TENANT
 	ReasonDisabled          Reason = C.FAIRQ_REASON_DISABLED
 	ReasonCancelled         Reason = C.FAIRQ_REASON_CANCELLED
+	// ReasonDownstreamShedding: the request's bulkhead pool sheds load and cannot serve it in
+	// its budget.
+	ReasonDownstreamShedding Reason = C.FAIRQ_REASON_DOWNSTREAM_SHEDDING
 	// ReasonSlots is the length of Stats.Refused, indexed by reason.
 	ReasonSlots = C.FAIRQ_REASON_SLOTS
 )
@@ -252,7 +260,7 @@ type Engine struct {
 	ptr *C.fairq_engine
 }
 
-// New builds an engine.
+// New builds an engine; NewWithControls also takes tiers, policies and pools.
 func New(c Config) (*Engine, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -380,6 +388,7 @@ func (e *Engine) ResolveTenant(id Identity) (key uint64, dim TenantDimension, ok
 }
 
 // Request is a request a limiter refused. Cost 0 means 1; TenantKey 0 means no identifier.
+// Downstream names its bulkhead pool (Controls.Pools; ignored when there are none).
 type Request struct {
 	TenantKey    uint64
 	UserData     uint64
@@ -387,6 +396,7 @@ type Request struct {
 	TimeoutNs    uint64
 	Dimension    Dimension
 	Cost         uint32
+	Downstream   uint32
 }
 
 // EnqueueResult is what Enqueue did. Queued false: refused with Reason at Position.
@@ -417,10 +427,11 @@ func (e *Engine) enqueue(r Request, now *uint64) (EnqueueResult, error) {
 	}
 	var out C.fairq_enqueue_result
 	s, err := e.call(func(p *C.fairq_engine) C.int32_t {
+		d := C.uint32_t(r.Downstream) // fairq_enqueue is downstream 0
 		if now == nil {
-			return C.fairq_enqueue(p, &cr, &out)
+			return C.fairq_enqueue_downstream(p, &cr, d, &out)
 		}
-		return C.fairq_enqueue_at(p, &cr, C.uint64_t(*now), &out)
+		return C.fairq_enqueue_downstream_at(p, &cr, d, C.uint64_t(*now), &out)
 	})
 	if err != nil {
 		return EnqueueResult{}, err

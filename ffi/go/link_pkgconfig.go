@@ -1,4 +1,4 @@
-//go:build !fairq_debug && !fairq_release
+//go:build !fairq_debug && !fairq_release && !fairq_fleet
 
 package fairq
 

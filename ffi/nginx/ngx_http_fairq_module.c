@@ -16,6 +16,9 @@
  *   the ticket is expired (fairq_expire) and the request answered 429 deadline_exceeded;
  * - a client that goes away while queued cancels its ticket (ngx_http_test_reading finalizes the
  *   request, and the pool cleanup cancels);
+ * - a client that goes away after its grant landed but before the request resumed (both in one
+ *   event-loop turn) abandons the grant: the cleanup completes the ticket as admitted, so the
+ *   engine counts it once, as a grant, and the module counts it in abandoned_grants;
  * - refusals (on arrival or after waiting) answer 429 with Retry-After, x-fair-queue-position,
  *   x-fair-queue-wait-ms and a JSON body naming the tenant dimension, reason, position and wait.
  *
@@ -24,6 +27,13 @@
  * is a per-worker bound. Everything here runs on the worker's event loop thread, so the ctx
  * pointers handed to the engine as user_data are only ever read back on that thread, and every
  * ctx cancels or completes its ticket before its pool goes away.
+ *
+ * Controls (fairq_tier, fairq_starvation_guard, fairq_wait_boost, fairq_feedback, fairq_pool,
+ * fairq_shed) go on a fairq_engine_builder (nginx -t builds one to check them); each worker
+ * builds its engine from it. fairq_tenant_tier and fairq_downstream are evaluated per request.
+ * With a wait boost or a feedback controller, a per-worker timer calls fairq_tick every second.
+ * With fairq_shed, the cleanup of a request that ran reports its response status to its pool
+ * (fairq_report_downstream: an error from 500 up) before it completes the ticket.
  *
  * Fleet mode (fairq_fleet_redis; compiled with -DFAIRQ_FLEET against a fleet build of the
  * library): each worker is one replica, <hostname>:<pid>, whose library-owned thread syncs
@@ -54,6 +64,17 @@ typedef struct {
 } ngx_http_fairq_weight_t;
 
 
+/* fairq_tier NAME WEIGHT and fairq_pool NAME MAX: a name and a number. */
+typedef struct {
+    ngx_str_t                   name;
+    ngx_uint_t                  value;
+} ngx_http_fairq_named_t;
+
+
+/* The most values fairq_tenant takes: user, team, api_key. */
+#define NGX_HTTP_FAIRQ_TENANT_VALUES  3
+
+
 typedef struct {
     ngx_flag_t                  used;
     ngx_uint_t                  tenant_dimension;   /* FAIRQ_TENANT_DIM_* */
@@ -64,6 +85,18 @@ typedef struct {
     ngx_uint_t                  default_weight;
     ngx_msec_t                  engine_max_wait;    /* largest fairq_max_wait anywhere */
     ngx_array_t                *weights;            /* ngx_http_fairq_weight_t */
+    ngx_array_t                *tiers;              /* ngx_http_fairq_named_t: weight */
+    ngx_array_t                *pools;              /* ngx_http_fairq_named_t: max */
+    ngx_uint_t                  default_pool;       /* index of the pool named "default" */
+    ngx_uint_t                  guard_per_minute;   /* 0: no starvation guard */
+    ngx_uint_t                  guard_percent;
+    ngx_msec_t                  boost_after;        /* 0: no wait boost */
+    ngx_uint_t                  boost_max;
+    ngx_msec_t                  feedback_period;    /* 0: no feedback controller */
+    ngx_uint_t                  feedback_floor;
+    ngx_uint_t                  feedback_ceiling;
+    ngx_uint_t                  shed_percent;       /* 0: no load shedding */
+    ngx_msec_t                  shed_window;
     fairq_config                config;
     ngx_str_t                   fleet_redis;        /* NUL-terminated; empty: fleet off */
     ngx_str_t                   fleet_name;         /* NUL-terminated */
@@ -73,7 +106,12 @@ typedef struct {
 
 typedef struct {
     ngx_flag_t                  enable;
-    ngx_http_complex_value_t   *tenant;
+    /* fairq_tenant: one value (the configured dimension's identifier), or user, team and
+     * api_key in that order (the first non-empty one names the tenant). */
+    ngx_http_complex_value_t   *tenant[NGX_HTTP_FAIRQ_TENANT_VALUES];
+    ngx_uint_t                  ntenant;
+    ngx_http_complex_value_t   *tenant_tier;        /* fairq_tenant_tier */
+    ngx_http_complex_value_t   *downstream;         /* fairq_downstream */
     ngx_msec_t                  max_wait;
 } ngx_http_fairq_loc_conf_t;
 
@@ -87,7 +125,10 @@ typedef struct {
     uint64_t                    waited_ns;
     uint32_t                    position;
     uint32_t                    reason;
+    uint32_t                    dimension;   /* FAIRQ_TENANT_DIM_* of the value that named it */
+    uint32_t                    downstream;  /* its pool, with fairq_pool */
     unsigned                    state:3;
+    unsigned                    named:1;     /* a non-empty value named the tenant */
     unsigned                    suspended:1;
     unsigned                    after_wait:1;
 } ngx_http_fairq_ctx_t;
@@ -99,15 +140,23 @@ typedef struct {
 #if defined(FAIRQ_FLEET)
     fairq_fleet                *fleet;
 #endif
-    const char                 *dimension;
-    uint32_t                    request_dimension;  /* FAIRQ_DIM_* */
+    uint32_t                    request_dimension;  /* FAIRQ_TENANT_DIM_* configured */
     ngx_event_t                 wakeup;
     uint64_t                    admitted_at_once;
     uint64_t                    admitted_after_wait;
     uint64_t                    refused[FAIRQ_REASON_SLOTS];
     uint64_t                    budget_timeouts;
     uint64_t                    client_cancels;
+    uint64_t                    abandoned_grants;
     uint64_t                    wakeup_at;
+    ngx_event_t                 tick;        /* fairq_tick every second (boost, feedback) */
+    uint64_t                    ticks;
+    uint64_t                    boosts_started;
+    uint64_t                    feedback_runs;
+    uint64_t                    weights_raised;
+    uint64_t                    weights_lowered;
+    uint64_t                    tier_changes;
+    uint64_t                    unknown_tiers;
 } ngx_http_fairq_worker_t;
 
 
@@ -117,12 +166,21 @@ static ngx_http_fairq_worker_t  ngx_http_fairq_worker;
 static ngx_int_t ngx_http_fairq_handler(ngx_http_request_t *r);
 static void ngx_http_fairq_event_handler(ngx_event_t *ev);
 static void ngx_http_fairq_cleanup(void *data);
+static void ngx_http_fairq_report(ngx_http_fairq_ctx_t *ctx);
 static void ngx_http_fairq_pump(void);
 static void ngx_http_fairq_wakeup_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_fairq_send_refusal(ngx_http_request_t *r,
     ngx_http_fairq_ctx_t *ctx);
 static ngx_int_t ngx_http_fairq_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_fairq_metrics_handler(ngx_http_request_t *r);
+static void ngx_http_fairq_tick_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_fairq_builder(ngx_http_fairq_main_conf_t *fmcf,
+    fairq_engine_builder **out, char *msg, size_t len);
+static ngx_int_t ngx_http_fairq_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_fairq_dimension_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_fairq_downstream_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 static void *ngx_http_fairq_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_fairq_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -130,6 +188,18 @@ static void *ngx_http_fairq_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_fairq_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_fairq_weight(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_tenant(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_named(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_starvation_guard(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_wait_boost(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_feedback(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_shed(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -186,10 +256,24 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
       NULL },
 
     { ngx_string("fairq_tenant"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
+      ngx_http_fairq_tenant,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_tenant_tier"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_set_complex_value_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_fairq_loc_conf_t, tenant),
+      offsetof(ngx_http_fairq_loc_conf_t, tenant_tier),
+      NULL },
+
+    { ngx_string("fairq_downstream"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_fairq_loc_conf_t, downstream),
       NULL },
 
     { ngx_string("fairq_max_wait"),
@@ -248,6 +332,48 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
       0,
       NULL },
 
+    { ngx_string("fairq_tier"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_fairq_named,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_fairq_main_conf_t, tiers),
+      NULL },
+
+    { ngx_string("fairq_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_fairq_named,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_fairq_main_conf_t, pools),
+      NULL },
+
+    { ngx_string("fairq_starvation_guard"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_fairq_starvation_guard,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_wait_boost"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_fairq_wait_boost,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_feedback"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3,
+      ngx_http_fairq_feedback,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_shed"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_fairq_shed,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("fairq_fleet_redis"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_fairq_fleet_str,
@@ -281,7 +407,7 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_fairq_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_fairq_add_variables,          /* preconfiguration */
     ngx_http_fairq_init,                   /* postconfiguration */
 
     ngx_http_fairq_create_main_conf,       /* create main configuration */
@@ -341,17 +467,158 @@ ngx_http_fairq_get_ctx(ngx_http_request_t *r)
 }
 
 
+/*
+ * The request's tenant key (0: no identifier, refused no_tenant) and, in ctx->dimension, the
+ * FAIRQ_TENANT_DIM_* of the value that named it. One fairq_tenant value is the configured
+ * dimension's identifier. With two or three (user, team, api_key), the configured dimension's
+ * value comes first if it is not empty, then the first non-empty one in user, team, api_key
+ * order: the order of fairq_resolve_tenant, applied here because header values need not be
+ * UTF-8, which that function requires.
+ */
+static ngx_int_t
+ngx_http_fairq_resolve(ngx_http_request_t *r, ngx_http_fairq_loc_conf_t *flcf,
+    ngx_http_fairq_ctx_t *ctx, uint64_t *key)
+{
+    ngx_str_t   values[NGX_HTTP_FAIRQ_TENANT_VALUES];
+    uint32_t    order[4], dim;
+    ngx_uint_t  i, v;
+
+    *key = 0;
+    ctx->dimension = ngx_http_fairq_worker.request_dimension;
+
+    for (i = 0; i < flcf->ntenant; i++) {
+        if (ngx_http_complex_value(r, flcf->tenant[i], &values[i]) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    order[0] = ngx_http_fairq_worker.request_dimension;
+    order[1] = FAIRQ_TENANT_DIM_USER;
+    order[2] = FAIRQ_TENANT_DIM_TEAM;
+    order[3] = FAIRQ_TENANT_DIM_API_KEY;
+
+    for (i = 0; i < 4; i++) {
+        dim = order[i];
+
+        if (flcf->ntenant == 1) {
+            v = 0;                      /* the one value is the configured dimension's */
+            if (i > 0) {
+                break;
+            }
+
+        } else {
+            v = dim == FAIRQ_TENANT_DIM_USER ? 0 : dim == FAIRQ_TENANT_DIM_TEAM ? 1 : 2;
+            if (v >= flcf->ntenant) {
+                continue;
+            }
+        }
+
+        if (values[v].len == 0) {
+            continue;
+        }
+
+        if (fairq_tenant_key((const char *) values[v].data, values[v].len, key)
+            != FAIRQ_OK)
+        {
+            *key = 0;
+            return NGX_OK;
+        }
+
+        ctx->dimension = dim;
+        ctx->named = 1;
+        return NGX_OK;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * fairq_tenant_tier: puts the tenant in the tier the variable names, when its weight is not
+ * that tier's already (one lock-free lookup per request; fairq_set_tier_key only on a change).
+ * An empty value changes nothing; a tier the engine does not know is counted and ignored.
+ */
+static void
+ngx_http_fairq_apply_tier(ngx_http_request_t *r, ngx_http_fairq_loc_conf_t *flcf,
+    uint64_t key)
+{
+    int32_t     rc;
+    uint32_t    want, have;
+    ngx_str_t   tier;
+
+    if (ngx_http_complex_value(r, flcf->tenant_tier, &tier) != NGX_OK || tier.len == 0) {
+        return;
+    }
+
+    if (fairq_tier_weight(ngx_http_fairq_worker.engine, (const char *) tier.data, tier.len,
+                          &want)
+        != FAIRQ_OK)
+    {
+        ngx_http_fairq_worker.unknown_tiers++;
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "fairq: unknown tier \"%V\"", &tier);
+        return;
+    }
+
+    if (fairq_weight_of(ngx_http_fairq_worker.engine, key, &have) == FAIRQ_OK
+        && have == want)
+    {
+        return;
+    }
+
+    rc = fairq_set_tier_key(ngx_http_fairq_worker.engine, key, (const char *) tier.data,
+                            tier.len);
+    if (rc != FAIRQ_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "fairq_set_tier_key \"%V\": %s", &tier, fairq_status_str(rc));
+        return;
+    }
+
+    ngx_http_fairq_worker.tier_changes++;
+}
+
+
+/* fairq_downstream: the pool the value names; the "default" pool when it names none. */
+static uint32_t
+ngx_http_fairq_pool_of(ngx_http_request_t *r, ngx_http_fairq_main_conf_t *fmcf,
+    ngx_http_fairq_loc_conf_t *flcf)
+{
+    ngx_str_t                name;
+    ngx_uint_t               i;
+    ngx_http_fairq_named_t  *pool;
+
+    if (flcf->downstream == NULL
+        || ngx_http_complex_value(r, flcf->downstream, &name) != NGX_OK
+        || name.len == 0)
+    {
+        return (uint32_t) fmcf->default_pool;
+    }
+
+    pool = fmcf->pools->elts;
+
+    for (i = 0; i < fmcf->pools->nelts; i++) {
+        if (pool[i].name.len == name.len
+            && ngx_strncmp(pool[i].name.data, name.data, name.len) == 0)
+        {
+            return (uint32_t) i;
+        }
+    }
+
+    return (uint32_t) fmcf->default_pool;
+}
+
+
 static ngx_int_t
 ngx_http_fairq_handler(ngx_http_request_t *r)
 {
     int32_t                      rc;
-    ngx_str_t                    tenant;
     ngx_msec_t                   budget;
     fairq_request                req;
     ngx_pool_cleanup_t          *cln;
     fairq_enqueue_result         res;
     ngx_http_fairq_ctx_t        *ctx;
     ngx_http_fairq_loc_conf_t   *flcf;
+    ngx_http_fairq_main_conf_t  *fmcf;
 
     flcf = ngx_http_get_module_loc_conf(r, ngx_http_fairq_module);
 
@@ -394,26 +661,32 @@ ngx_http_fairq_handler(ngx_http_request_t *r)
 
     ngx_memzero(&req, sizeof(fairq_request));
     req.user_data = (uint64_t) (uintptr_t) ctx;
-    req.dimension = ngx_http_fairq_worker.request_dimension;
 
     budget = flcf->max_wait;
     req.timeout_ns = (uint64_t) budget * NGX_HTTP_FAIRQ_NS_PER_MS;
 
-    if (flcf->tenant) {
-        if (ngx_http_complex_value(r, flcf->tenant, &tenant) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        /* Empty means no tenant: tenant_key 0 makes the engine refuse it no_tenant. */
-        if (tenant.len
-            && fairq_tenant_key((const char *) tenant.data, tenant.len,
-                                &req.tenant_key) != FAIRQ_OK)
-        {
-            req.tenant_key = 0;
-        }
+    /* No non-empty value means no tenant: tenant_key 0 makes the engine refuse no_tenant. */
+    if (ngx_http_fairq_resolve(r, flcf, ctx, &req.tenant_key) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = fairq_enqueue(ngx_http_fairq_worker.engine, &req, &res);
+    /* FAIRQ_TENANT_DIM_{USER,API_KEY,TEAM} and FAIRQ_DIM_{USER,API_KEY,TEAM} share codes. */
+    req.dimension = ctx->dimension;
+
+    if (req.tenant_key && flcf->tenant_tier) {
+        ngx_http_fairq_apply_tier(r, flcf, req.tenant_key);
+    }
+
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_fairq_module);
+
+    if (fmcf->pools) {
+        ctx->downstream = ngx_http_fairq_pool_of(r, fmcf, flcf);
+        rc = fairq_enqueue_downstream(ngx_http_fairq_worker.engine, &req, ctx->downstream,
+                                      &res);
+
+    } else {
+        rc = fairq_enqueue(ngx_http_fairq_worker.engine, &req, &res);
+    }
 
     if (rc == FAIRQ_REFUSED) {
         ctx->reason = res.reason;
@@ -553,6 +826,41 @@ ngx_http_fairq_event_handler(ngx_event_t *ev)
 }
 
 
+/*
+ * fairq_shed: tells the request's pool how its downstream answered. The request's memory is
+ * still there while its pool's cleanups run. A status from 500 up (the upstream's, or nginx's
+ * own 502/504 when it failed) is an error; a request that never got a status, or whose client
+ * went away first (499), says nothing about the downstream and is not reported.
+ */
+static void
+ngx_http_fairq_report(ngx_http_fairq_ctx_t *ctx)
+{
+    int32_t                      rc;
+    ngx_uint_t                   status;
+    ngx_http_request_t          *r;
+    ngx_http_fairq_main_conf_t  *fmcf;
+
+    r = ctx->request;
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_fairq_module);
+
+    if (fmcf->shed_percent == 0 || fmcf->pools == NULL) {
+        return;
+    }
+
+    status = r->headers_out.status;
+    if (status < 100 || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
+        return;
+    }
+
+    rc = fairq_report_downstream(ngx_http_fairq_worker.engine, ctx->downstream,
+                                 status < NGX_HTTP_INTERNAL_SERVER_ERROR);
+    if (rc != FAIRQ_OK) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0, "fairq_report_downstream: %s",
+                      fairq_status_str(rc));
+    }
+}
+
+
 /* The request's pool goes away: give back what its ctx holds, then hand out freed permits. */
 static void
 ngx_http_fairq_cleanup(void *data)
@@ -576,16 +884,37 @@ ngx_http_fairq_cleanup(void *data)
     switch (ctx->state) {
 
     case NGX_HTTP_FAIRQ_QUEUED:
-    case NGX_HTTP_FAIRQ_GRANTED:
-        /* The client went away (or the request failed) before it ran. */
+        /* The client went away (or the request failed) while queued. */
         rc = fairq_cancel(ngx_http_fairq_worker.engine, ctx->ticket);
         ngx_http_fairq_worker.client_cancels++;
         break;
 
+    case NGX_HTTP_FAIRQ_GRANTED:
+        /*
+         * The grant landed, but the client went away in the same event-loop turn, before the
+         * posted event resumed the request. The engine already counted the grant: end the
+         * ticket as a grant (admitted, the permit goes back at once), not as a cancel, so the
+         * request is counted once. The module counts it apart from the admitted ones.
+         */
+        rc = fairq_complete(ngx_http_fairq_worker.engine, ctx->ticket,
+                            FAIRQ_OUTCOME_ADMITTED, 0, NULL);
+        ngx_http_fairq_worker.abandoned_grants++;
+        break;
+
     case NGX_HTTP_FAIRQ_RUNNING:
+        ngx_http_fairq_report(ctx);
         rc = fairq_complete(ngx_http_fairq_worker.engine, ctx->ticket,
                             FAIRQ_OUTCOME_ADMITTED, 0, NULL);
         break;
+
+    case NGX_HTTP_FAIRQ_REFUSED:
+        /*
+         * The engine ended the ticket (expired) and counted the refusal, but the client went
+         * away before the 429 was sent: count the refusal here, once, as the 429 would have.
+         */
+        ngx_http_fairq_worker.refused[ctx->reason % FAIRQ_REASON_SLOTS]++;
+        ctx->state = NGX_HTTP_FAIRQ_DONE;
+        return;
 
     default:
         return;
@@ -686,6 +1015,129 @@ ngx_http_fairq_wakeup_handler(ngx_event_t *ev)
 }
 
 
+/* Every second, with a wait boost or a feedback controller: the engine's slow policies. */
+static void
+ngx_http_fairq_tick_handler(ngx_event_t *ev)
+{
+    int32_t             rc;
+    fairq_tick_report   report;
+
+    if (ngx_http_fairq_worker.engine == NULL) {
+        return;
+    }
+
+    rc = fairq_tick(ngx_http_fairq_worker.engine, &report);
+    if (rc == FAIRQ_OK) {
+        ngx_http_fairq_worker.ticks++;
+        ngx_http_fairq_worker.boosts_started += report.boosts_started;
+        ngx_http_fairq_worker.feedback_runs += report.feedback_ran;
+        ngx_http_fairq_worker.weights_raised += report.weights_raised;
+        ngx_http_fairq_worker.weights_lowered += report.weights_lowered;
+
+    } else {
+        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "fairq_tick failed: %s",
+                      fairq_status_str(rc));
+    }
+
+    if (!ngx_exiting) {
+        ngx_add_timer(ev, 1000);
+    }
+}
+
+
+/* ------------------------------------------------------------------ variables */
+
+
+static ngx_http_variable_t  ngx_http_fairq_vars[] = {
+
+    { ngx_string("fairq_tenant_dimension"), NULL, ngx_http_fairq_dimension_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("fairq_downstream"), NULL, ngx_http_fairq_downstream_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_int_t
+ngx_http_fairq_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_fairq_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_fairq_static_value(ngx_http_variable_value_t *v, const char *text)
+{
+    v->len = ngx_strlen(text);
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = (u_char *) text;
+}
+
+
+/* $fairq_tenant_dimension: user, team or api_key, the value that named the tenant. */
+static ngx_int_t
+ngx_http_fairq_dimension_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    ngx_http_fairq_ctx_t  *ctx;
+
+    ctx = ngx_http_fairq_get_ctx(r->main);
+
+    if (ctx == NULL || !ctx->named) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    ngx_http_fairq_static_value(v, fairq_dimension_str(ctx->dimension));
+
+    return NGX_OK;
+}
+
+
+/* $fairq_downstream: the name of the request's pool (fairq_pool). */
+static ngx_int_t
+ngx_http_fairq_downstream_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
+    uintptr_t data)
+{
+    ngx_http_fairq_ctx_t        *ctx;
+    ngx_http_fairq_named_t      *pool;
+    ngx_http_fairq_main_conf_t  *fmcf;
+
+    ctx = ngx_http_fairq_get_ctx(r->main);
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_fairq_module);
+
+    if (ctx == NULL || fmcf->pools == NULL || ctx->downstream >= fmcf->pools->nelts) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    pool = fmcf->pools->elts;
+    v->len = pool[ctx->downstream].name.len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = pool[ctx->downstream].name.data;
+
+    return NGX_OK;
+}
+
+
 /* ------------------------------------------------------------------ responses */
 
 
@@ -768,7 +1220,7 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
     u_char       *body, *last;
     uint64_t      wait_ms, retry_s, hint_ns;
     ngx_int_t     rc;
-    const char   *reason;
+    const char   *reason, *dimension;
 
     ngx_http_fairq_worker.refused[ctx->reason % FAIRQ_REASON_SLOTS]++;
 
@@ -778,6 +1230,7 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
     }
 
     reason = fairq_reason_str(ctx->reason);
+    dimension = fairq_dimension_str(ctx->dimension);
     wait_ms = ctx->waited_ns / NGX_HTTP_FAIRQ_NS_PER_MS;
 
     /* Retry after the wait the queue expected (or served), at least a second. */
@@ -788,8 +1241,7 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
                  "\"fair queue refused the request: \", \"details\": "
                  "{\"fair_queue\": {\"tenant_dimension\": \"\", \"reason\": \"\", "
                  "\"position\": , \"wait_ms\": }}}}\n")
-          + ngx_strlen(reason) * 2 + ngx_strlen(ngx_http_fairq_worker.dimension)
-          + NGX_INT64_LEN * 2;
+          + ngx_strlen(reason) * 2 + ngx_strlen(dimension) + NGX_INT64_LEN * 2;
 
     body = ngx_pnalloc(r->pool, len);
     if (body == NULL) {
@@ -802,8 +1254,7 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
                         "{\"fair_queue\": {\"tenant_dimension\": \"%s\", "
                         "\"reason\": \"%s\", \"position\": %uD, "
                         "\"wait_ms\": %uL}}}}\n",
-                        reason, ngx_http_fairq_worker.dimension, reason,
-                        ctx->position, wait_ms);
+                        reason, dimension, reason, ctx->position, wait_ms);
 
     r->headers_out.status = NGX_HTTP_TOO_MANY_REQUESTS;
     r->headers_out.content_length_n = last - body;
@@ -865,6 +1316,10 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
     int32_t       frc;
     uint32_t      reason;
     ngx_int_t     rc, tries;
+    ngx_uint_t    i;
+
+    ngx_http_fairq_named_t      *pool;
+    ngx_http_fairq_main_conf_t  *fmcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -879,7 +1334,10 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
         return NGX_HTTP_SERVICE_UNAVAILABLE;
     }
 
-    extra = 4096;
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_fairq_module);
+
+    /* The module's own lines: fixed ones, plus one per pool (names are at most 64 bytes). */
+    extra = 8192 + (fmcf->pools ? fmcf->pools->nelts * 192 : 0);
     needed = 0;
     buf = NULL;
     frc = fairq_metrics_prometheus(ngx_http_fairq_worker.engine, NULL, 0, &needed);
@@ -914,13 +1372,13 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             "# TYPE fairq_nginx_admitted_total counter\n"
             "fairq_nginx_admitted_total{after_wait=\"false\"} %uL\n"
             "fairq_nginx_admitted_total{after_wait=\"true\"} %uL\n"
-            "# HELP fairq_nginx_refused_total 429 answers this nginx worker sent, "
-            "by reason.\n"
+            "# HELP fairq_nginx_refused_total Requests this nginx worker refused, by "
+            "reason: a 429, or none when the client went away first.\n"
             "# TYPE fairq_nginx_refused_total counter\n",
             ngx_http_fairq_worker.admitted_at_once,
             ngx_http_fairq_worker.admitted_after_wait);
 
-    for (reason = 1; reason <= FAIRQ_REASON_CANCELLED; reason++) {
+    for (reason = 1; reason <= FAIRQ_REASON_DOWNSTREAM_SHEDDING; reason++) {
         p = ngx_slprintf(p, end, "fairq_nginx_refused_total{reason=\"%s\"} %uL\n",
                          fairq_reason_str(reason),
                          ngx_http_fairq_worker.refused[reason]);
@@ -933,15 +1391,70 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
             "# TYPE fairq_nginx_budget_timeouts_total counter\n"
             "fairq_nginx_budget_timeouts_total %uL\n"
             "# HELP fairq_nginx_client_cancels_total Queued requests whose client went "
-            "away before they ran.\n"
+            "away before they were granted (the engine's cancelled).\n"
             "# TYPE fairq_nginx_client_cancels_total counter\n"
             "fairq_nginx_client_cancels_total %uL\n"
+            "# HELP fairq_nginx_abandoned_grants_total Grants whose client went away before "
+            "the request resumed (the engine counts them as grants).\n"
+            "# TYPE fairq_nginx_abandoned_grants_total counter\n"
+            "fairq_nginx_abandoned_grants_total %uL\n"
             "# HELP fairq_nginx_worker_info The nginx worker whose engine this is "
             "(one engine per worker).\n"
             "# TYPE fairq_nginx_worker_info gauge\n"
             "fairq_nginx_worker_info{pid=\"%P\"} 1\n",
             ngx_http_fairq_worker.budget_timeouts,
-            ngx_http_fairq_worker.client_cancels, ngx_pid);
+            ngx_http_fairq_worker.client_cancels,
+            ngx_http_fairq_worker.abandoned_grants, ngx_pid);
+
+    if (ngx_http_fairq_worker.tick.handler != NULL) {
+        p = ngx_slprintf(p, end,
+                "# HELP fairq_nginx_policy_ticks_total fairq_tick calls of this worker's "
+                "one-second timer (on with a wait boost or a feedback controller).\n"
+                "# TYPE fairq_nginx_policy_ticks_total counter\n"
+                "fairq_nginx_policy_ticks_total %uL\n"
+                "# HELP fairq_nginx_boosts_started_total Wait boosts the ticks started.\n"
+                "# TYPE fairq_nginx_boosts_started_total counter\n"
+                "fairq_nginx_boosts_started_total %uL\n"
+                "# HELP fairq_nginx_feedback_runs_total Feedback controller periods the "
+                "ticks ran.\n"
+                "# TYPE fairq_nginx_feedback_runs_total counter\n"
+                "fairq_nginx_feedback_runs_total %uL\n"
+                "# HELP fairq_nginx_feedback_weights_total Effective weights the feedback "
+                "controller moved by 1, by direction.\n"
+                "# TYPE fairq_nginx_feedback_weights_total counter\n"
+                "fairq_nginx_feedback_weights_total{direction=\"raised\"} %uL\n"
+                "fairq_nginx_feedback_weights_total{direction=\"lowered\"} %uL\n",
+                ngx_http_fairq_worker.ticks, ngx_http_fairq_worker.boosts_started,
+                ngx_http_fairq_worker.feedback_runs, ngx_http_fairq_worker.weights_raised,
+                ngx_http_fairq_worker.weights_lowered);
+    }
+
+    if (fmcf->tiers) {
+        p = ngx_slprintf(p, end,
+                "# HELP fairq_nginx_tier_changes_total Tenants fairq_tenant_tier moved to "
+                "another tier.\n"
+                "# TYPE fairq_nginx_tier_changes_total counter\n"
+                "fairq_nginx_tier_changes_total %uL\n"
+                "# HELP fairq_nginx_unknown_tiers_total Requests whose fairq_tenant_tier "
+                "named no fairq_tier (the tenant kept its weight).\n"
+                "# TYPE fairq_nginx_unknown_tiers_total counter\n"
+                "fairq_nginx_unknown_tiers_total %uL\n",
+                ngx_http_fairq_worker.tier_changes, ngx_http_fairq_worker.unknown_tiers);
+    }
+
+    if (fmcf->pools) {
+        p = ngx_slprintf(p, end,
+                "# HELP fairq_nginx_pool_info Each fairq_pool: its name and bound by the "
+                "engine's downstream label.\n"
+                "# TYPE fairq_nginx_pool_info gauge\n");
+        pool = fmcf->pools->elts;
+        for (i = 0; i < fmcf->pools->nelts; i++) {
+            p = ngx_slprintf(p, end,
+                    "fairq_nginx_pool_info{downstream=\"%ui\",pool=\"%V\","
+                    "max_in_flight=\"%ui\"} 1\n",
+                    i, &pool[i].name, pool[i].value);
+        }
+    }
 
 #if defined(FAIRQ_FLEET)
     if (ngx_http_fairq_worker.fleet != NULL) {
@@ -1001,6 +1514,15 @@ ngx_http_fairq_create_main_conf(ngx_conf_t *cf)
     fmcf->max_tenants = NGX_CONF_UNSET_UINT;
     fmcf->default_weight = NGX_CONF_UNSET_UINT;
     fmcf->fleet_period = NGX_CONF_UNSET_MSEC;
+    fmcf->guard_per_minute = NGX_CONF_UNSET_UINT;
+    fmcf->guard_percent = NGX_CONF_UNSET_UINT;
+    fmcf->boost_after = NGX_CONF_UNSET_MSEC;
+    fmcf->boost_max = NGX_CONF_UNSET_UINT;
+    fmcf->feedback_period = NGX_CONF_UNSET_MSEC;
+    fmcf->feedback_floor = NGX_CONF_UNSET_UINT;
+    fmcf->feedback_ceiling = NGX_CONF_UNSET_UINT;
+    fmcf->shed_percent = NGX_CONF_UNSET_UINT;
+    fmcf->shed_window = NGX_CONF_UNSET_MSEC;
 
     return fmcf;
 }
@@ -1023,6 +1545,15 @@ ngx_http_fairq_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(fmcf->max_tenants, d.max_tenants);
     ngx_conf_init_uint_value(fmcf->default_weight, d.default_weight);
     ngx_conf_init_msec_value(fmcf->fleet_period, 100);
+    ngx_conf_init_uint_value(fmcf->guard_per_minute, 0);
+    ngx_conf_init_uint_value(fmcf->guard_percent, 0);
+    ngx_conf_init_msec_value(fmcf->boost_after, 0);
+    ngx_conf_init_uint_value(fmcf->boost_max, 64);
+    ngx_conf_init_msec_value(fmcf->feedback_period, 0);
+    ngx_conf_init_uint_value(fmcf->feedback_floor, 0);
+    ngx_conf_init_uint_value(fmcf->feedback_ceiling, 0);
+    ngx_conf_init_uint_value(fmcf->shed_percent, 0);
+    ngx_conf_init_msec_value(fmcf->shed_window, 0);
 
     if (fmcf->fleet_name.data == NULL) {
         ngx_str_set(&fmcf->fleet_name, "nginx");     /* a literal: NUL-terminated */
@@ -1062,8 +1593,17 @@ ngx_http_fairq_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
     ngx_conf_merge_msec_value(conf->max_wait, prev->max_wait, 30000);
 
-    if (conf->tenant == NULL) {
-        conf->tenant = prev->tenant;
+    if (conf->ntenant == 0) {
+        ngx_memcpy(conf->tenant, prev->tenant, sizeof(conf->tenant));
+        conf->ntenant = prev->ntenant;
+    }
+
+    if (conf->tenant_tier == NULL) {
+        conf->tenant_tier = prev->tenant_tier;
+    }
+
+    if (conf->downstream == NULL) {
+        conf->downstream = prev->downstream;
     }
 
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_fairq_module);
@@ -1071,7 +1611,7 @@ ngx_http_fairq_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->enable) {
         fmcf->used = 1;
 
-        if (conf->tenant == NULL) {
+        if (conf->ntenant == 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"fairq on\" needs \"fairq_tenant\"");
             return NGX_CONF_ERROR;
@@ -1213,6 +1753,376 @@ ngx_http_fairq_weight(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* fairq_tenant VALUE [VALUE [VALUE]]: one value, or user, team and api_key. */
+static char *
+ngx_http_fairq_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_loc_conf_t *flcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (flcf->ntenant) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        flcf->tenant[i - 1] = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+        if (flcf->tenant[i - 1] == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+        ccv.cf = cf;
+        ccv.value = &value[i];
+        ccv.complex_value = flcf->tenant[i - 1];
+
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    flcf->ntenant = cf->args->nelts - 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* A count in ms: a bare number, or an nginx time ("20s", "5m"); NGX_ERROR if neither. */
+static ngx_int_t
+ngx_http_fairq_parse_ms(ngx_str_t *value)
+{
+    ngx_int_t  n;
+
+    n = ngx_atoi(value->data, value->len);
+    if (n == NGX_ERROR) {
+        n = ngx_parse_time(value, 0);
+    }
+
+    return n;
+}
+
+
+/* A percentage: a bare number or one ending in '%'; NGX_ERROR if neither. */
+static ngx_int_t
+ngx_http_fairq_parse_percent(ngx_str_t *value)
+{
+    size_t  len;
+
+    len = value->len;
+    if (len > 1 && value->data[len - 1] == '%') {
+        len--;
+    }
+
+    return ngx_atoi(value->data, len);
+}
+
+
+/*
+ * fairq_tier NAME WEIGHT and fairq_pool NAME MAX_IN_FLIGHT. The library checks tier names and
+ * every range when the configuration is checked (ngx_http_fairq_init); pool names are checked
+ * here, since they become metric label values.
+ */
+static char *
+ngx_http_fairq_named(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    u_char                   c;
+    ngx_int_t                n;
+    ngx_str_t               *value;
+    ngx_uint_t               i, is_pool;
+    ngx_array_t            **list;
+    ngx_http_fairq_named_t  *entry;
+
+    list = (ngx_array_t **) ((char *) conf + cmd->offset);
+    value = cf->args->elts;
+    is_pool = cmd->offset == offsetof(ngx_http_fairq_main_conf_t, pools);
+
+    n = ngx_atoi(value[2].data, value[2].len);
+    if (n == NGX_ERROR || n < 1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid %s \"%V\" (a number, at least 1)",
+                           is_pool ? "max_in_flight" : "weight", &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    if (is_pool) {
+        if (value[1].len == 0 || value[1].len > 64) {
+            return "needs a pool name of 1..64 bytes";
+        }
+
+        for (i = 0; i < value[1].len; i++) {
+            c = value[1].data[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+                  || c == '_' || c == '-' || c == '.' || c == ':'))
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid pool name \"%V\" (letters, digits, "
+                                   "'_', '-', '.', ':')", &value[1]);
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
+    if (*list == NULL) {
+        *list = ngx_array_create(cf->pool, 4, sizeof(ngx_http_fairq_named_t));
+        if (*list == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    entry = (*list)->elts;
+    for (i = 0; is_pool && i < (*list)->nelts; i++) {
+        if (entry[i].name.len == value[1].len
+            && ngx_strncmp(entry[i].name.data, value[1].data, value[1].len) == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate pool \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    entry = ngx_array_push(*list);
+    if (entry == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    entry->name = value[1];
+    entry->value = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_starvation_guard PER_MINUTE PERCENT */
+static char *
+ngx_http_fairq_starvation_guard(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   n, pct;
+    ngx_str_t  *value;
+
+    if (fmcf->guard_per_minute != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    n = ngx_atoi(value[1].data, value[1].len);
+    pct = ngx_http_fairq_parse_percent(&value[2]);
+
+    if (n == NGX_ERROR || n < 1 || pct == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid fairq_starvation_guard \"%V %V\" (grants a minute, "
+                           "at least 1; percent of all grants)", &value[1], &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->guard_per_minute = (ngx_uint_t) n;
+    fmcf->guard_percent = (ngx_uint_t) pct;
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_wait_boost AFTER [MAX_BOOSTED]: AFTER in ms (a bare number) or a time ("20s"). */
+static char *
+ngx_http_fairq_wait_boost(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   after, max;
+    ngx_str_t  *value;
+
+    if (fmcf->boost_after != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    after = ngx_http_fairq_parse_ms(&value[1]);
+    max = cf->args->nelts > 2 ? ngx_atoi(value[2].data, value[2].len) : 64;
+
+    if (after == NGX_ERROR || after < 1 || max == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid fairq_wait_boost \"%V\" (a time: ms, or \"20s\"; then "
+                           "the most tenants boosted at once)", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->boost_after = (ngx_msec_t) after;
+    fmcf->boost_max = (ngx_uint_t) max;
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_feedback PERIOD FLOOR_PERCENT CEILING_PERCENT: PERIOD in ms or a time ("5m"). */
+static char *
+ngx_http_fairq_feedback(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   period, floor, ceiling;
+    ngx_str_t  *value;
+
+    if (fmcf->feedback_period != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    period = ngx_http_fairq_parse_ms(&value[1]);
+    floor = ngx_http_fairq_parse_percent(&value[2]);
+    ceiling = ngx_http_fairq_parse_percent(&value[3]);
+
+    if (period == NGX_ERROR || period < 1 || floor == NGX_ERROR || ceiling == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid fairq_feedback \"%V %V %V\" (a period: ms, or \"5m\"; "
+                           "then floor and ceiling percents)", &value[1], &value[2],
+                           &value[3]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->feedback_period = (ngx_msec_t) period;
+    fmcf->feedback_floor = (ngx_uint_t) floor;
+    fmcf->feedback_ceiling = (ngx_uint_t) ceiling;
+
+    return NGX_CONF_OK;
+}
+
+
+/* fairq_shed ERROR_PERCENT WINDOW: WINDOW in ms or a time ("5s"). */
+static char *
+ngx_http_fairq_shed(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_fairq_main_conf_t *fmcf = conf;
+
+    ngx_int_t   pct, window;
+    ngx_str_t  *value;
+
+    if (fmcf->shed_percent != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    pct = ngx_http_fairq_parse_percent(&value[1]);
+    window = ngx_http_fairq_parse_ms(&value[2]);
+
+    if (pct == NGX_ERROR || pct < 1 || window == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid fairq_shed \"%V %V\" (an error percent, at least 1; a "
+                           "window: ms, or \"5s\")", &value[1], &value[2]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->shed_percent = (ngx_uint_t) pct;
+    fmcf->shed_window = (ngx_msec_t) window;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * The engine builder of the configuration: fairq_config plus every control. A rejected one
+ * leaves "directive: the library's message (field, range)" in msg.
+ */
+static ngx_int_t
+ngx_http_fairq_builder(ngx_http_fairq_main_conf_t *fmcf, fairq_engine_builder **out,
+    char *msg, size_t len)
+{
+    char                     why[256];
+    int32_t                  rc;
+    u_char                  *last;
+    ngx_uint_t               i;
+    const char              *what;
+    fairq_engine_builder    *b;
+    ngx_http_fairq_named_t  *t;
+
+    *out = NULL;
+    b = NULL;
+
+    rc = fairq_engine_builder_new(&fmcf->config, &b, msg, len);
+    if (rc != FAIRQ_OK) {
+        return NGX_ERROR;
+    }
+
+    what = "fairq_tier";
+    t = fmcf->tiers ? fmcf->tiers->elts : NULL;
+    for (i = 0; fmcf->tiers && i < fmcf->tiers->nelts; i++) {
+        rc = fairq_engine_builder_add_tier(b, (const char *) t[i].name.data, t[i].name.len,
+                                           (uint32_t) ngx_min(t[i].value, 0xffffffff));
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_starvation_guard";
+    if (fmcf->guard_per_minute) {
+        rc = fairq_engine_builder_set_starvation_guard(
+                 b, (uint32_t) ngx_min(fmcf->guard_per_minute, 0xffffffff),
+                 (uint32_t) ngx_min(fmcf->guard_percent, 0xffffffff));
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_wait_boost";
+    if (fmcf->boost_after) {
+        rc = fairq_engine_builder_set_wait_boost(b, fmcf->boost_after,
+                 (uint32_t) ngx_min(fmcf->boost_max, 0xffffffff));
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_feedback";
+    if (fmcf->feedback_period) {
+        rc = fairq_engine_builder_set_feedback(b, fmcf->feedback_period,
+                 (uint32_t) ngx_min(fmcf->feedback_floor, 0xffffffff),
+                 (uint32_t) ngx_min(fmcf->feedback_ceiling, 0xffffffff));
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_pool";
+    t = fmcf->pools ? fmcf->pools->elts : NULL;
+    for (i = 0; fmcf->pools && i < fmcf->pools->nelts; i++) {
+        rc = fairq_engine_builder_add_pool(b, (uint32_t) ngx_min(t[i].value, 0xffffffff),
+                                           NULL);
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    what = "fairq_shed";
+    if (fmcf->shed_percent) {
+        /* min_requests 0: the library's default (20 reports in a window) */
+        rc = fairq_engine_builder_set_shedding(b, (uint32_t) ngx_min(fmcf->shed_percent,
+                                                                    0xffffffff),
+                                               fmcf->shed_window, 0);
+        if (rc != FAIRQ_OK) {
+            goto failed;
+        }
+    }
+
+    *out = b;
+    return NGX_OK;
+
+failed:
+
+    why[0] = '\0';
+    (void) fairq_engine_builder_message(b, why, sizeof(why), NULL);
+    fairq_engine_builder_free(b);
+    if (len > 0) {
+        last = ngx_snprintf((u_char *) msg, len - 1, "%s: %s (%s)", what, why,
+                            fairq_status_str(rc));
+        *last = '\0';
+    }
+
+    return NGX_ERROR;
+}
+
+
 static char *
 ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -1233,10 +2143,12 @@ ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_fairq_init(ngx_conf_t *cf)
 {
-    char                         msg[256];
-    ngx_uint_t                   i, j, distinct;
+    char                         msg[512];
+    ngx_uint_t                   i, j, distinct, *weights, nweights;
     fairq_config                *c;
     ngx_http_handler_pt         *h;
+    fairq_engine_builder        *builder;
+    ngx_http_fairq_named_t      *t, *pool;
     ngx_http_fairq_weight_t     *w;
     ngx_http_core_main_conf_t   *cmcf;
     ngx_http_fairq_main_conf_t  *fmcf;
@@ -1254,26 +2166,67 @@ ngx_http_fairq_init(ngx_conf_t *cf)
     c->default_weight = (uint32_t) fmcf->default_weight;
     c->max_wait_ms = fmcf->engine_max_wait ? fmcf->engine_max_wait : 30000;
 
-    /* Room for every distinct configured weight plus the default, and some run-time slack. */
-    distinct = 1;
+    /*
+     * Room for every distinct configured weight (fairq_weight, fairq_tier) plus the default,
+     * and some run-time slack; more with a feedback controller, whose nudges need classes.
+     */
+    nweights = 1 + (fmcf->weights ? fmcf->weights->nelts : 0)
+               + (fmcf->tiers ? fmcf->tiers->nelts : 0);
+    weights = ngx_palloc(cf->temp_pool, nweights * sizeof(ngx_uint_t));
+    if (weights == NULL) {
+        return NGX_ERROR;
+    }
+    nweights = 0;
+    weights[nweights++] = fmcf->default_weight;
     w = fmcf->weights ? fmcf->weights->elts : NULL;
     for (i = 0; fmcf->weights && i < fmcf->weights->nelts; i++) {
-        for (j = 0; j < i && w[j].weight != w[i].weight; j++) { /* void */ }
-        if (j == i && w[i].weight != fmcf->default_weight) {
-            distinct++;
-        }
+        weights[nweights++] = w[i].weight;
     }
-    c->max_weight_classes = (uint32_t) ngx_min(ngx_max(distinct + 4, 8), 64);
+    t = fmcf->tiers ? fmcf->tiers->elts : NULL;
+    for (i = 0; fmcf->tiers && i < fmcf->tiers->nelts; i++) {
+        weights[nweights++] = t[i].value;
+    }
+    distinct = 0;
+    for (i = 0; i < nweights; i++) {
+        for (j = 0; j < i && weights[j] != weights[i]; j++) { /* void */ }
+        distinct += j == i;
+    }
+    c->max_weight_classes = (uint32_t) ngx_min(ngx_max(distinct + (fmcf->feedback_period
+                                                                   ? 16 : 4), 8), 64);
 
-    if (fmcf->used && fairq_config_check(c, msg, sizeof(msg)) != FAIRQ_OK) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "fairq: invalid configuration: %s",
-                           msg);
-        return NGX_ERROR;
+    /* With pools, a request whose fairq_downstream names none goes to "default": declared,
+     * or added here with the whole fairq_max_in_flight (then only the global bound holds). */
+    if (fmcf->pools) {
+        pool = fmcf->pools->elts;
+        for (i = 0; i < fmcf->pools->nelts; i++) {
+            if (pool[i].name.len == 7 && ngx_strncmp(pool[i].name.data, "default", 7) == 0) {
+                break;
+            }
+        }
+
+        if (i == fmcf->pools->nelts) {
+            pool = ngx_array_push(fmcf->pools);
+            if (pool == NULL) {
+                return NGX_ERROR;
+            }
+            ngx_str_set(&pool->name, "default");
+            pool->value = fmcf->max_in_flight;
+        }
+
+        fmcf->default_pool = i;
     }
 
     if (!fmcf->used) {
         return NGX_OK;
     }
+
+    /* Every control through the builder, as each worker will: nginx -t names a bad one. */
+    if (ngx_http_fairq_builder(fmcf, &builder, msg, sizeof(msg)) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "fairq: invalid configuration: %s", msg);
+        return NGX_ERROR;
+    }
+
+    fairq_engine_builder_free(builder);
 
 #if defined(FAIRQ_FLEET)
     if (fmcf->fleet_redis.len) {
@@ -1334,8 +2287,10 @@ ngx_http_fairq_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_fairq_init_process(ngx_cycle_t *cycle)
 {
+    char                         msg[512];
     int32_t                      rc;
     ngx_uint_t                   i;
+    fairq_engine_builder        *builder;
     ngx_http_fairq_weight_t     *w;
     ngx_http_fairq_main_conf_t  *fmcf;
 
@@ -1353,7 +2308,13 @@ ngx_http_fairq_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    rc = fairq_engine_new(&fmcf->config, &ngx_http_fairq_worker.engine);
+    if (ngx_http_fairq_builder(fmcf, &builder, msg, sizeof(msg)) != NGX_OK) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0, "fairq: invalid configuration: %s", msg);
+        return NGX_ERROR;
+    }
+
+    rc = fairq_engine_builder_build(builder, &ngx_http_fairq_worker.engine);
+    fairq_engine_builder_free(builder);
     if (rc != FAIRQ_OK) {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
                       "fairq_engine_new failed: %s", fairq_status_str(rc));
@@ -1373,14 +2334,21 @@ ngx_http_fairq_init_process(ngx_cycle_t *cycle)
         }
     }
 
-    /* FAIRQ_TENANT_DIM_{USER,API_KEY,TEAM} and FAIRQ_DIM_{USER,API_KEY,TEAM} share codes. */
+    /* The configured dimension: the label of a single fairq_tenant value. */
     ngx_http_fairq_worker.request_dimension = fmcf->config.tenant_dimension;
-    ngx_http_fairq_worker.dimension = fairq_dimension_str(fmcf->config.tenant_dimension);
 
     ngx_http_fairq_worker.wakeup.handler = ngx_http_fairq_wakeup_handler;
     ngx_http_fairq_worker.wakeup.log = cycle->log;
     ngx_http_fairq_worker.wakeup.data = &ngx_http_fairq_worker;
     ngx_http_fairq_worker.wakeup.cancelable = 1;
+
+    if (fmcf->boost_after || fmcf->feedback_period) {
+        ngx_http_fairq_worker.tick.handler = ngx_http_fairq_tick_handler;
+        ngx_http_fairq_worker.tick.log = cycle->log;
+        ngx_http_fairq_worker.tick.data = &ngx_http_fairq_worker;
+        ngx_http_fairq_worker.tick.cancelable = 1;
+        ngx_add_timer(&ngx_http_fairq_worker.tick, 1000);
+    }
 
 #if defined(FAIRQ_FLEET)
     if (fmcf->fleet_redis.len) {
@@ -1437,6 +2405,10 @@ ngx_http_fairq_exit_process(ngx_cycle_t *cycle)
 {
     if (ngx_http_fairq_worker.wakeup.timer_set) {
         ngx_del_timer(&ngx_http_fairq_worker.wakeup);
+    }
+
+    if (ngx_http_fairq_worker.tick.timer_set) {
+        ngx_del_timer(&ngx_http_fairq_worker.tick);
     }
 
 #if defined(FAIRQ_FLEET)

@@ -11,8 +11,8 @@
 # the module alone loaded into the system's nginx of the same release, when there is one.
 #
 # Needs a C compiler, make, PCRE2 and zlib headers (libpcre2-dev zlib1g-dev: installed with
-# apt-get when missing and this runs as root), python3 and redis-server (test_nginx.py's fleet
-# checks). About 1 min to build nginx and 35 s of test.
+# apt-get when missing and this runs as root), python3, redis-server (test_nginx.py's fleet
+# checks) and wrk (its load smoke). About 1 min to build nginx and 50 s of test.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -34,6 +34,7 @@ command -v make >/dev/null || missing+=(make)
 [ -f /usr/include/pcre2.h ] || missing+=(libpcre2-dev)
 [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v wrk >/dev/null || missing+=(wrk)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     apt_install "${missing[@]}"

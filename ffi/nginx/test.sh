@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Integration test of ngx_http_fairq_module against Debian's nginx: builds the module
 # (build.sh), then runs test_nginx.py (real nginx on 127.0.0.1, a temporary prefix, a
-# capacity-limited asyncio upstream and asyncio clients; fleet mode against a redis-server, which
-# must be installed). About 35 s after the build.
+# capacity-limited asyncio upstream and asyncio clients; abandoned grants; a wrk load smoke;
+# fleet mode against a redis-server), then test_controls.py (every control directive). About
+# 120 s after the build. Arguments go to test_nginx.py (e.g. --only load).
 #
-# Installs nginx and nginx-dev with apt-get when they are missing and this runs as root.
+# Installs nginx, nginx-dev, wrk and redis-server with apt-get when they are missing and this
+# runs as root.
 # FAIRQ_SKIP_NGINX=1 skips the test (for machines without nginx or apt).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,16 +26,23 @@ if ! command -v nginx >/dev/null || [ ! -x /usr/share/nginx/src/configure ]; the
         exit 1
     fi
 fi
-if ! command -v redis-server >/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "installing redis-server"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-    else
-        echo "test.sh: needs redis-server (apt-get install -y redis-server)" >&2
-        exit 1
+for tool in redis-server wrk; do
+    if ! command -v "$tool" >/dev/null; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            echo "installing $tool"
+            apt-get update -qq >/dev/null
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+        else
+            echo "test.sh: needs $tool (apt-get install -y $tool)" >&2
+            exit 1
+        fi
     fi
-fi
+done
 
 module=$("$here/build.sh" | tail -n 1)
-exec python3 "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@"
+status=0
+python3 "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@" || status=1
+# The controls (tiers, policies, pools, shedding): about 65 s, most of it the first feedback
+# controller period (60 s, the shortest allowed) running while the other checks run.
+python3 "$here/test_controls.py" --module "$module" --nginx "$(command -v nginx)" || status=1
+exit $status

@@ -17,6 +17,12 @@ health location that stays fast during the floods, and an error log without aler
 Then fleet mode: a redis-server on a free port and an nginx with 2 workers as replicas (a
 heartbeat per worker, the fleet hash's served cost equal to the requests admitted), and the same
 with Redis on a dead port (every request still served, the workers degraded, no crash).
+Abandoned grants: clients that close in the event-loop turn in which their grant lands (made
+certain by pausing the worker while the permits free and the clients close, then again with
+closes a few ms either side of the grants), with the books checked exactly: grants + refusals +
+cancels == requests, in the engine and in the module. A load smoke: wrk for 10 s over 200
+tenants with 2-deep tenant queues, statuses and counts against /metrics and nginx's access log,
+and the worker's RSS before and after.
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
@@ -52,6 +58,25 @@ FLOOD_CONNS = 40    # tenant A
 LIGHT_CONNS = 2     # tenant B
 PHASE_S = 6.0
 WARMUP_S = 1.0
+
+# Abandoned grants: queued requests whose client goes away in the event-loop turn in which
+# their grant lands.
+RACE_CONNS = 120    # queued connections that close while the worker is paused
+RACE_HOLD_MS = 1500 # the permit holders' service time (the pause ends after it)
+JITTER_ROUNDS = 6   # rounds of closes within a few ms of the grants, without a pause
+JITTER_CONNS = 16
+
+# Load smoke: wrk against a location with many tenants and small queues.
+LOAD_S = 10
+LOAD_WARMUP_S = 2
+LOAD_CONNS = 64
+LOAD_TENANTS = 200
+LOAD_IN_FLIGHT = 16
+LOAD_OFFERED = 4000         # requests/s wrk offers (each connection pauses between requests)
+LOAD_BACKEND_RATE = 2500    # requests/s the upstream serves (limit_req delays the rest)
+LOAD_QUEUE = 32
+LOAD_TENANT_QUEUE = 2
+LOAD_RSS_BOUND_KIB = 2048   # the worker's RSS may grow this much over the run, no more
 
 FAILURES = []
 
@@ -323,6 +348,74 @@ def metric(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
+def books(samples):
+    """The request counters of the engine (rate_limit_fair_queue_*) and of the module
+    (fairq_nginx_*): where every request that reached the module went."""
+    engine_refused, module_refused = collections.Counter(), collections.Counter()
+    for (name, labels), value in samples.items():
+        reason = dict(labels).get("reason")
+        if name == "rate_limit_fair_queue_refused_total":
+            engine_refused[reason] += value
+        elif name == "fairq_nginx_refused_total":
+            module_refused[reason] += value
+    return {
+        "grants": metric(samples, "rate_limit_fair_queue_grants_total",
+                         tenant_dimension="api_key") or 0,
+        "refusals": sum(v for r, v in engine_refused.items() if r != "cancelled"),
+        "cancels": engine_refused["cancelled"],
+        "admitted": (metric(samples, "fairq_nginx_admitted_total", after_wait="false") or 0)
+        + (metric(samples, "fairq_nginx_admitted_total", after_wait="true") or 0),
+        "abandoned": metric(samples, "fairq_nginx_abandoned_grants_total") or 0,
+        "module_refusals": sum(v for r, v in module_refused.items() if r != "cancelled"),
+        "client_cancels": metric(samples, "fairq_nginx_client_cancels_total") or 0,
+        "depth": metric(samples, "rate_limit_fair_queue_depth"),
+        "in_flight": metric(samples, "rate_limit_fair_queue_in_flight"),
+        "engine_refused": engine_refused,
+        "module_refused": module_refused,
+    }
+
+
+def books_delta(before, after):
+    return {k: after[k] - before[k] for k in after
+            if k not in ("depth", "in_flight", "engine_refused", "module_refused")}
+
+
+def check_books(what, d, requests):
+    """Every request counted once, as one thing, by the engine and by the module."""
+    engine = d["grants"] + d["refusals"] + d["cancels"]
+    module = d["admitted"] + d["abandoned"] + d["module_refusals"] + d["client_cancels"]
+    check(engine == requests,
+          f"{what}: engine grants {d['grants']:.0f} + refusals {d['refusals']:.0f} + cancels "
+          f"{d['cancels']:.0f} == requests {requests} (got {engine:.0f})")
+    check(module == requests,
+          f"{what}: module admitted {d['admitted']:.0f} + abandoned grants "
+          f"{d['abandoned']:.0f} + refusals {d['module_refusals']:.0f} + client cancels "
+          f"{d['client_cancels']:.0f} == requests {requests} (got {module:.0f})")
+    check(d["grants"] == d["admitted"] + d["abandoned"]
+          and d["cancels"] == d["client_cancels"]
+          and d["refusals"] == d["module_refusals"],
+          f"{what}: grants == admitted + abandoned, cancels == client cancels, refusals == "
+          f"the module's")
+
+
+async def scrape(port):
+    r = await one(port, "/metrics")
+    samples, _, errors = parse_prometheus(r.body.decode())
+    if errors:
+        raise AssertionError(f"/metrics does not parse: {errors[:3]}")
+    return samples
+
+
+async def wait_books(port, pred, timeout=5.0):
+    """Polls /metrics until pred(books) holds; returns the last books."""
+    deadline = time.monotonic() + timeout
+    while True:
+        b = books(await scrape(port))
+        if pred(b) or time.monotonic() > deadline:
+            return b
+        await asyncio.sleep(0.02)
+
+
 # ---------------------------------------------------------------------------------- nginx
 
 NGINX_CONF = """\
@@ -536,6 +629,334 @@ async def edge_cases(port, tally):
               f"({', '.join(f'{r.latency * 1000:.0f}' for r in hasty)} ms)")
         check(sorted(r.json()["error"]["details"]["fair_queue"]["position"] for r in hasty)
               == [1, 2, 3], "short budget: positions 1, 2, 3")
+
+
+# ---------------------------------------------------------------------------------- abandoned grants
+
+async def open_queued(port, tenant, n, tag):
+    """`n` connections of `tenant`, each with one request sent (its response never read)."""
+    conns = []
+    for i in range(n):
+        c = Conn(port)
+        await c.open()
+        c.writer.write(f"GET /on/?{tag}={i} HTTP/1.1\r\nHost: fairq.test\r\n"
+                       f"X-Api-Key: {tenant}-{i % 4}\r\n\r\n".encode())
+        await c.writer.drain()
+        conns.append(c)
+    return conns
+
+
+async def abandoned_grants(port, worker):
+    """Clients that close in the event-loop turn in which their grant lands.
+
+    Paused: every permit is held (C requests of RACE_HOLD_MS), RACE_CONNS requests queue, then
+    the worker is stopped (SIGSTOP) while the holders' upstream answers arrive and every queued
+    client closes, and continued (SIGCONT). One epoll_wait then returns the upstream events
+    before the clients' closes: each finished holder grants a queued request, whose close is
+    handled later in the same turn, before its posted wake-up runs. Jittered: rounds of C
+    holders and JITTER_CONNS queued clients that close a few ms before or after the holders
+    finish, without a pause. Each time the books must balance exactly."""
+    print(f"- abandoned grants: {C} holders, {RACE_CONNS} queued clients closing while the "
+          f"worker is paused", flush=True)
+    before = books(await scrape(port))
+    hold_start = time.monotonic()
+    hold = [asyncio.create_task(one(port, f"/on/?sleep={RACE_HOLD_MS}", "race-holder"))
+            for _ in range(C)]
+    b = await wait_books(port, lambda b: b["in_flight"] == C)
+    queued = await open_queued(port, "race", RACE_CONNS, "race")
+    b = await wait_books(port, lambda b: b["depth"] == RACE_CONNS)
+    paused_ok = b["depth"] == RACE_CONNS and b["in_flight"] == C
+    check(paused_ok, f"paused: {C} permits held and {RACE_CONNS} queued before the pause "
+                     f"(in flight {b['in_flight']}, depth {b['depth']})")
+    os.kill(worker, signal.SIGSTOP)
+    check(not any(h.done() for h in hold),
+          f"paused before the holders finished (the setup took "
+          f"{time.monotonic() - hold_start:.2f} s of their {RACE_HOLD_MS / 1000:.1f} s)")
+    try:
+        # The holders' answers reach the paused worker's sockets, then every client closes.
+        await asyncio.sleep(max(0.0, hold_start + RACE_HOLD_MS / 1000 + 0.2 - time.monotonic()))
+        for c in queued:
+            c.close()
+        await asyncio.sleep(0.1)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    held = await asyncio.gather(*hold)
+    check(all(r.status == 200 for r in held),
+          f"paused: the holders were served ({[r.status for r in held]})")
+    after = await wait_books(port, lambda b: b["depth"] == 0 and b["in_flight"] == 0)
+    d = books_delta(before, after)
+    print(f"  paused: {d['abandoned']:.0f} abandoned grants, {d['client_cancels']:.0f} client "
+          f"cancels, {d['admitted']:.0f} admitted of {C + RACE_CONNS} requests", flush=True)
+    # Independent of how the module counts them: grants the engine made that never ran.
+    raced = d["grants"] - d["admitted"]
+    check(raced >= 1,
+          f"paused: the race happened ({raced:.0f} grants landed in the turn in which their "
+          f"client closed, so never ran)")
+    check_books("paused", d, C + RACE_CONNS)
+    check(after["depth"] == 0 and after["in_flight"] == 0,
+          "paused: depth and in_flight back to 0")
+
+    print(f"- abandoned grants: {JITTER_ROUNDS} rounds of {JITTER_CONNS} clients closing within "
+          f"a few ms of the grants", flush=True)
+    rng = random.Random(20)
+    before = books(await scrape(port))
+    for rnd in range(JITTER_ROUNDS):
+        hold_ms = 200
+        start = time.monotonic()
+        hold = [asyncio.create_task(one(port, f"/on/?sleep={hold_ms}", "jitter-holder"))
+                for _ in range(C)]
+        await wait_books(port, lambda b: b["in_flight"] == C)
+        queued = await open_queued(port, f"jitter{rnd}", JITTER_CONNS, "jitter")
+        # Each client closes within 4 ms either side of when the permits free (the upstream's
+        # answer comes about 1 ms after its sleep).
+        closes = sorted((start + (hold_ms + 1 + rng.uniform(-4, 4)) / 1000, i)
+                        for i in range(JITTER_CONNS))
+        for at, i in closes:
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            queued[i].close()
+        await asyncio.gather(*hold)
+        await wait_books(port, lambda b: b["depth"] == 0 and b["in_flight"] == 0)
+    after = books(await scrape(port))
+    d = books_delta(before, after)
+    print(f"  jittered: {d['grants'] - d['admitted']:.0f} grants that never ran "
+          f"({d['abandoned']:.0f} counted abandoned), {d['client_cancels']:.0f} client cancels, "
+          f"{d['admitted']:.0f} admitted", flush=True)
+    check_books("jittered", d, JITTER_ROUNDS * (C + JITTER_CONNS))
+    return d
+
+
+# ---------------------------------------------------------------------------------- load smoke
+
+LOAD_CONF = """\
+# Written by ffi/nginx/test_nginx.py (load smoke).
+load_module {module};
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log notice;
+
+events {{
+    worker_connections 4096;
+}}
+
+http {{
+    access_log off;
+    log_format fairq_load '$status';
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+
+    fairq_tenant_dimension api_key;
+    fairq_max_in_flight {in_flight};
+    fairq_queue_size {queue};
+    fairq_tenant_queue_size {tenant_queue};
+    fairq_max_tenants 4096;
+    fairq_max_wait 1s;
+
+    upstream backend {{
+        server 127.0.0.1:{backend_port};
+        keepalive 32;
+    }}
+
+    server {{
+        listen 127.0.0.1:{port} backlog=1024;
+        fairq_tenant $http_x_api_key;
+
+        location /load/ {{
+            fairq on;
+            access_log {prefix}/load.log fairq_load;
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location = /metrics {{
+            fairq_metrics;
+        }}
+    }}
+
+    # The upstream: the same worker, serving {backend_rate} requests/s (limit_req delays the
+    # rest in order), so that the fair queue fills and refuses.
+    limit_req_zone $server_port zone=backend:1m rate={backend_rate}r/s;
+    server {{
+        listen 127.0.0.1:{backend_port};
+        access_log off;
+        location / {{
+            limit_req zone=backend burst=100000;
+            return 200 "ok\\n";
+        }}
+    }}
+}}
+"""
+
+# wrk: a random tenant per request, a pause before each so that the connections together offer
+# about LOAD_OFFERED requests/s; counts statuses per thread and prints them at the end.
+WRK_SCRIPT = """\
+local tenants = %d
+local pause_ms = %d
+counts = {}
+local threads = {}
+
+function setup(thread)
+    table.insert(threads, thread)
+end
+
+function init(args)
+    counts = {}
+    math.randomseed(os.time())
+end
+
+function delay()
+    return pause_ms
+end
+
+function request()
+    return wrk.format("GET", "/load/", {["X-Api-Key"] = "tenant-" .. math.random(1, tenants)})
+end
+
+function response(status, headers, body)
+    counts[status] = (counts[status] or 0) + 1
+end
+
+function done(summary, latency, requests)
+    local total = {}
+    for _, t in ipairs(threads) do
+        for status, n in pairs(t:get("counts")) do
+            total[status] = (total[status] or 0) + n
+        end
+    end
+    for status, n in pairs(total) do
+        io.write(string.format("STATUS %%d %%d\\n", status, n))
+    end
+    local e = summary.errors
+    io.write(string.format("RUN %%d %%d %%d %%d %%d %%d\\n", summary.requests,
+                           summary.duration, e.connect, e.read, e.write, e.timeout))
+end
+"""
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+async def run_wrk(wrk, port, seconds, script, rss_pid=None):
+    """wrk for `seconds`; returns ({status: count}, run stats, RSS samples of rss_pid)."""
+    proc = await asyncio.create_subprocess_exec(
+        wrk, "-t1", f"-c{LOAD_CONNS}", f"-d{seconds}s", "--timeout", "5s", "-s", script,
+        f"http://127.0.0.1:{port}/load/", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    samples = []
+    while rss_pid is not None and proc.returncode is None:
+        samples.append(rss_kib(rss_pid))
+        try:
+            await asyncio.wait_for(proc.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+    out = (await proc.communicate())[0].decode()
+    statuses, run = collections.Counter(), None
+    for line in out.splitlines():
+        parts = line.split()
+        if parts[:1] == ["STATUS"]:
+            statuses[int(parts[1])] += int(parts[2])
+        elif parts[:1] == ["RUN"]:
+            run = dict(zip(("requests", "duration_us", "connect", "read", "write", "timeout"),
+                           map(int, parts[1:])))
+    if proc.returncode != 0 or run is None:
+        raise AssertionError(f"wrk failed ({proc.returncode}):\n{out}")
+    return statuses, run, samples
+
+
+async def load_smoke(args, prefix):
+    """wrk for LOAD_S s over LOAD_TENANTS tenants with LOAD_TENANT_QUEUE-deep tenant queues."""
+    print(f"- load smoke: wrk {LOAD_CONNS} connections for {LOAD_S} s, {LOAD_TENANTS} tenants, "
+          f"tenant queues of {LOAD_TENANT_QUEUE}, queue {LOAD_QUEUE}, {LOAD_IN_FLIGHT} permits",
+          flush=True)
+    wrk = shutil.which("wrk")
+    check(wrk is not None, "wrk is installed (apt-get install -y wrk)")
+    if wrk is None:
+        return None
+    prefix = os.path.join(prefix, "load")
+    os.makedirs(prefix, exist_ok=True)
+    os.chmod(prefix, 0o755)
+    port, backend_port = free_port(), free_port()
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(LOAD_CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
+                                 in_flight=LOAD_IN_FLIGHT, queue=LOAD_QUEUE,
+                                 tenant_queue=LOAD_TENANT_QUEUE, port=port,
+                                 backend_port=backend_port, backend_rate=LOAD_BACKEND_RATE))
+    script = os.path.join(prefix, "load.lua")
+    with open(script, "w") as f:
+        f.write(WRK_SCRIPT % (LOAD_TENANTS, LOAD_CONNS * 1000 // LOAD_OFFERED))
+    nginx = subprocess.Popen([args.nginx, "-p", prefix, "-c", conf])
+    try:
+        await wait_port(port)
+        worker = worker_pids(nginx.pid)[0]
+        # Warm-up: the connection pools and the allocator reach their working size.
+        await run_wrk(wrk, port, LOAD_WARMUP_S, script)
+        await wait_books(port, lambda b: b["depth"] == 0 and b["in_flight"] == 0)
+        log_path = os.path.join(prefix, "load.log")
+        log_before = sum(1 for _ in open(log_path))
+        before = books(await scrape(port))
+        rss_before = rss_kib(worker)
+        statuses, run, rss = await run_wrk(wrk, port, LOAD_S, script, rss_pid=worker)
+        after = await wait_books(port, lambda b: b["depth"] == 0 and b["in_flight"] == 0)
+        await asyncio.sleep(0.2)
+        rss_after = rss_kib(worker)
+        log = collections.Counter(line.strip() for n, line in enumerate(open(log_path))
+                                  if n >= log_before)
+    finally:
+        nginx.send_signal(signal.SIGQUIT)
+        try:
+            nginx.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            nginx.kill()
+            check(False, "load smoke: nginx quits gracefully")
+    d = books_delta(before, after)
+    requests = sum(log.values())
+    seen = sum(statuses.values())
+    rate = run["requests"] / (run["duration_us"] / 1e6)
+    print(f"  wrk: {seen} responses in {run['duration_us'] / 1e6:.1f} s ({rate:.0f}/s): "
+          f"{dict(statuses)}; socket errors connect {run['connect']} read {run['read']} write "
+          f"{run['write']} timeout {run['timeout']}", flush=True)
+    print(f"  access log: {requests} requests {dict(log)}; engine: grants {d['grants']:.0f}, "
+          f"refused {dict((k, int(after['engine_refused'][k] - before['engine_refused'][k])) for k in after['engine_refused'] if after['engine_refused'][k] - before['engine_refused'][k])}; "
+          f"module: admitted {d['admitted']:.0f}, abandoned {d['abandoned']:.0f}", flush=True)
+    print(f"  worker RSS: {rss_before} KiB before, {min(rss + [rss_after])}..{max(rss + [rss_after])} "
+          f"KiB during, {rss_after} KiB after ({rss_after - rss_before:+d} KiB)", flush=True)
+    check(rate >= 500, f"load smoke: wrk ran at {rate:.0f} requests/s (>= 500)")
+    check(set(statuses) <= {200, 429} and statuses[200] > 0,
+          f"load smoke: wrk saw only 200 and 429 ({dict(statuses)})")
+    check(run["connect"] + run["read"] + run["write"] + run["timeout"] == 0,
+          "load smoke: no socket errors or timeouts")
+    check(set(log) <= {"200", "429", "499"} and log["499"] <= LOAD_CONNS,
+          f"load smoke: the access log has 200, 429 and at most {LOAD_CONNS} 499s (the "
+          f"connections wrk dropped at its end) ({dict(log)})")
+    check_books("load smoke", d, requests)
+    check(0 <= d["admitted"] - statuses[200] <= LOAD_CONNS
+          and 0 <= d["module_refusals"] - statuses[429] <= LOAD_CONNS,
+          f"load smoke: /metrics admitted {d['admitted']:.0f} and refused "
+          f"{d['module_refusals']:.0f} against wrk's 200s {statuses[200]} and 429s "
+          f"{statuses[429]} (at most {LOAD_CONNS} more: answers wrk did not read before it stopped)")
+    check(after["depth"] == 0 and after["in_flight"] == 0,
+          "load smoke: depth and in_flight back to 0")
+    check(rss_after - rss_before <= LOAD_RSS_BOUND_KIB,
+          f"load smoke: worker RSS flat: {rss_before} -> {rss_after} KiB "
+          f"({rss_after - rss_before:+d} KiB, bound +{LOAD_RSS_BOUND_KIB} KiB)")
+    elog = open(os.path.join(prefix, "error.log")).read()
+    bad = [line for line in elog.splitlines()
+           if re.search(r"\[(alert|crit|emerg)\]|exited on signal|segfault|core dumped", line)]
+    check(not bad, "load smoke: error log has no alerts or crashes"
+          + "".join("\n      " + line for line in bad[:5]))
+    return {"rate": rate, "statuses": statuses, "rss": (rss_before, rss_after), "books": d}
 
 
 # ---------------------------------------------------------------------------------- fleet mode
@@ -821,6 +1242,13 @@ async def run(args):
         await wait_port(port)
         await wait_port(upstream_port)
 
+        if args.only:
+            if "abandoned" in args.only:
+                await abandoned_grants(port, worker_pids(nginx.pid)[0])
+            if "load" in args.only:
+                await load_smoke(args, prefix)
+            return
+
         tally, health = Tally(), []
         print("- light tenant B (2 conns) against flooding tenant A (40 conns)", flush=True)
         # Latency on a shared machine: a neighbour's CPU burst can stall nginx or the clients
@@ -869,7 +1297,10 @@ async def run(args):
         dim = {"tenant_dimension": "api_key"}
         admitted = tally.admitted_at_once + tally.admitted_after_wait
         grants = metric(samples, "rate_limit_fair_queue_grants_total", **dim)
-        check(grants == admitted, f"grants_total {grants} == 200s the clients saw {admitted}")
+        abandoned = metric(samples, "fairq_nginx_abandoned_grants_total")
+        check(grants == admitted + abandoned,
+              f"grants_total {grants} == 200s the clients saw {admitted} + abandoned grants "
+              f"{abandoned}")
         check(metric(samples, "fairq_nginx_admitted_total", after_wait="false")
               == tally.admitted_at_once
               and metric(samples, "fairq_nginx_admitted_total", after_wait="true")
@@ -914,6 +1345,14 @@ async def run(args):
               f"(x{on / alone:.2f}) | fairq off {off:.1f} ms (x{off / alone:.2f}); "
               f"weights 3:1 -> {g}:{i} = {ratio:.2f}; health p99 {h99:.1f} ms", flush=True)
 
+        workers = worker_pids(nginx.pid)
+        race = await abandoned_grants(port, workers[0])
+        load = await load_smoke(args, prefix)
+        if load:
+            print(f"\nMEASURED: abandoned grants {race['abandoned']:.0f} (jittered round); load "
+                  f"smoke {load['rate']:.0f} requests/s, {dict(load['statuses'])}, worker RSS "
+                  f"{load['rss'][0]} -> {load['rss'][1]} KiB", flush=True)
+
         await fleet_scenarios(args, prefix, upstream_port)
     finally:
         if nginx is not None:
@@ -943,6 +1382,8 @@ def main():
     ap.add_argument("--module", help="path of ngx_http_fairq_module.so")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
+    ap.add_argument("--only", action="append", choices=["abandoned", "load"],
+                    help="run only this scenario (repeatable), not the whole test")
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.upstream:

@@ -23,6 +23,14 @@ One module, no compiled parts: it loads fairq's C library with ctypes. Install i
         if g is not None and not g.expired:
             q.complete(g.ticket)  # the limiter re-check passed
 
+Every control of the C API is a keyword of ``Engine``: ``tiers={"pro": 4, "free": 1}``,
+``starvation_guard=StarvationGuard()``, ``wait_boost=WaitBoost()``,
+``feedback=FeedbackController()`` (``True`` takes each one's defaults), ``pools=[4, 4]`` (bulkhead
+pools; ``enqueue(..., downstream=0)``), ``shedding=Shedding()`` (load shedding on the pools, fed
+by ``report_downstream``), ``indicators=False`` (the fairness indicators, on by default) and
+``indicator_top_k=20``. ``Fleet`` runs fleet mode when
+the library was built with it (``HAS_FLEET``).
+
 Errors raise ``FairqError`` carrying the C status code and its name (``FAIRQ_ERR_...``).
 An ``Engine`` may be used from many threads at once (ctypes releases the GIL during each call);
 ``close()`` must come after every other call has returned.
@@ -35,17 +43,31 @@ import subprocess
 import sys
 from collections import namedtuple
 from ctypes import POINTER, Structure, byref, c_bool, c_char, c_char_p, c_int32, c_size_t
-from ctypes import c_uint32, c_uint64, c_void_p
+from ctypes import c_double, c_uint32, c_uint64, c_void_p
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Engine",
+    "Fleet",
     "FairqError",
     "Config",
+    "FleetConfig",
+    "StarvationGuard",
+    "WaitBoost",
+    "FeedbackController",
+    "Shedding",
     "EnqueueResult",
     "Grant",
     "Completion",
+    "Refusal",
+    "TickReport",
+    "Indicators",
+    "Fairness",
+    "PoolStats",
+    "PoolShedding",
+    "FleetStatus",
+    "HAS_FLEET",
     "tenant_key",
     "now_ns",
     "version",
@@ -90,6 +112,7 @@ REASON_NOT_QUEUEABLE = 6
 REASON_NO_TENANT = 7
 REASON_DISABLED = 8
 REASON_CANCELLED = 9
+REASON_DOWNSTREAM_SHEDDING = 10
 REASON_SLOTS = 16
 
 DIM_USER = 0
@@ -209,8 +232,116 @@ class _Stats(Structure):
     ]
 
 
+class _Indicators(Structure):
+    _fields_ = [
+        ("tenant_key", c_uint64),
+        ("requests", c_uint64),
+        ("refused", c_uint64),
+        ("granted", c_uint64),
+        ("granted_cost", c_uint64),
+        ("waits", c_uint64),
+        ("wait_p95_ns", c_uint64),
+        ("starvation_current_ns", c_uint64),
+        ("starvation_longest_ns", c_uint64),
+        ("refusal_rate", c_double),
+        ("expected_cost", c_double),
+        ("fair_share_ratio", c_double),
+        ("weight", c_uint32),
+        ("effective_weight", c_uint32),
+        ("boosted", c_uint32),
+        ("ready", c_uint32),
+    ]
+
+
+class _TickReport(Structure):
+    _fields_ = [
+        ("boosts_started", c_uint32),
+        ("feedback_ran", c_uint32),
+        ("weights_raised", c_uint32),
+        ("weights_lowered", c_uint32),
+    ]
+
+
+class _PoolStats(Structure):
+    _fields_ = [
+        ("in_flight", c_uint64),
+        ("blocked_tenants", c_uint64),
+        ("blocks", c_uint64),
+        ("max_in_flight", c_uint32),
+    ]
+
+
+class _Fairness(Structure):
+    _fields_ = [
+        ("tenants", c_uint64),
+        ("fair_share_ratio_min", c_double),
+        ("fair_share_ratio_max", c_double),
+        ("wait_p95_min_s", c_double),
+        ("wait_p95_max_s", c_double),
+        ("refusal_rate_min", c_double),
+        ("refusal_rate_max", c_double),
+        ("starvation_current_min_s", c_double),
+        ("starvation_current_max_s", c_double),
+        ("starvation_longest_min_s", c_double),
+        ("starvation_longest_max_s", c_double),
+    ]
+
+
+class _PoolShedding(Structure):
+    _fields_ = [
+        ("last_error_ratio", c_double),
+        ("cuts", c_uint64),
+        ("reports_ok", c_uint64),
+        ("reports_error", c_uint64),
+        ("limit", c_uint32),
+        ("shedding", c_uint32),
+    ]
+
+
+class FleetConfig(Structure):
+    """``fairq_fleet_config``. Start from ``FleetConfig.default()``; ``Fleet`` takes its fields
+    as keywords (strings for ``url``, ``fleet`` and ``replica``)."""
+
+    _fields_ = [
+        ("url", c_char_p),
+        ("fleet", c_char_p),
+        ("replica", c_char_p),
+        ("period_ms", c_uint64),
+        ("epoch_ms", c_uint64),
+        ("stale_ms", c_uint64),
+        ("smoothing", c_double),
+        ("top_k", c_uint32),
+    ]
+
+    @classmethod
+    def default(cls):
+        config = cls()
+        _lib.fairq_fleet_config_default(byref(config))
+        return config
+
+
+class _FleetStatus(Structure):
+    _fields_ = [
+        ("last_sync_ns", c_uint64),
+        ("pipelines", c_uint64),
+        ("syncs", c_uint64),
+        ("tenants_tracked", c_uint64),
+        ("consecutive_failures", c_uint32),
+        ("has_synced", c_bool),
+        ("degraded", c_bool),
+        ("running", c_bool),
+    ]
+
+
 # The C struct for each Python mirror, for tests that compare them with the header.
 C_STRUCTS = {
+    "fairq_indicators": _Indicators,
+    "fairq_tick_report": _TickReport,
+    "fairq_pool_stats": _PoolStats,
+    "fairq_pool_shedding": _PoolShedding,
+    "fairq_fairness": _Fairness,
+    "fairq_fleet_config": FleetConfig,
+    "fairq_fleet_status": _FleetStatus,
     "fairq_config": Config,
     "fairq_identity": _Identity,
     "fairq_weight_entry": _WeightEntry,
@@ -277,6 +408,8 @@ def _find_library():
 library_path = _find_library()
 _lib = ctypes.CDLL(library_path)
 _E = c_void_p  # const fairq_engine *
+_B = c_void_p  # fairq_engine_builder *
+_F = c_void_p  # const fairq_fleet *
 
 for _name, _res, _args in [
     ("fairq_version", c_char_p, []),
@@ -314,10 +447,65 @@ for _name, _res, _args in [
     ("fairq_status_str", c_char_p, [c_int32]),
     ("fairq_reason_str", c_char_p, [c_uint32]),
     ("fairq_dimension_str", c_char_p, [c_uint32]),
+    ("fairq_expire", c_int32, [_E, c_uint64, POINTER(_Completion)]),
+    ("fairq_expire_at", c_int32, [_E, c_uint64, c_uint64, POINTER(_Completion)]),
+    ("fairq_tick", c_int32, [_E, POINTER(_TickReport)]),
+    ("fairq_tick_at", c_int32, [_E, c_uint64, POINTER(_TickReport)]),
+    ("fairq_tenant_indicators", c_int32, [_E, c_uint64, POINTER(_Indicators)]),
+    ("fairq_tenant_indicators_at", c_int32, [_E, c_uint64, c_uint64, POINTER(_Indicators)]),
+    ("fairq_engine_builder_new", c_int32,
+     [POINTER(Config), POINTER(c_void_p), c_char_p, c_size_t]),
+    ("fairq_engine_builder_free", None, [_B]),
+    ("fairq_engine_builder_message", c_int32, [_B, c_char_p, c_size_t, POINTER(c_size_t)]),
+    ("fairq_engine_builder_add_tier", c_int32, [_B, c_char_p, c_size_t, c_uint32]),
+    ("fairq_engine_builder_set_starvation_guard", c_int32, [_B, c_uint32, c_uint32]),
+    ("fairq_engine_builder_set_wait_boost", c_int32, [_B, c_uint64, c_uint32]),
+    ("fairq_engine_builder_set_feedback", c_int32, [_B, c_uint64, c_uint32, c_uint32]),
+    ("fairq_engine_builder_set_feedback_thresholds", c_int32,
+     [_B, c_uint32, c_uint32, c_uint64]),
+    ("fairq_engine_builder_add_pool", c_int32, [_B, c_uint32, POINTER(c_uint32)]),
+    ("fairq_engine_builder_set_indicator_top_k", c_int32, [_B, c_uint32]),
+    ("fairq_engine_builder_set_indicators", c_int32, [_B, c_bool]),
+    ("fairq_engine_builder_set_shedding", c_int32, [_B, c_uint32, c_uint64, c_uint32]),
+    ("fairq_report_downstream", c_int32, [_E, c_uint32, c_bool]),
+    ("fairq_report_downstream_at", c_int32, [_E, c_uint32, c_bool, c_uint64]),
+    ("fairq_pool_get_shedding", c_int32, [_E, c_uint32, POINTER(_PoolShedding)]),
+    ("fairq_engine_builder_build", c_int32, [_B, POINTER(c_void_p)]),
+    ("fairq_set_tier_key", c_int32, [_E, c_uint64, c_char_p, c_size_t]),
+    ("fairq_tier_weight", c_int32, [_E, c_char_p, c_size_t, POINTER(c_uint32)]),
+    ("fairq_enqueue_downstream", c_int32,
+     [_E, POINTER(_Request), c_uint32, POINTER(_EnqueueResult)]),
+    ("fairq_enqueue_downstream_at", c_int32,
+     [_E, POINTER(_Request), c_uint32, c_uint64, POINTER(_EnqueueResult)]),
+    ("fairq_pool_count", c_int32, [_E, POINTER(c_uint32)]),
+    ("fairq_pool_get_stats", c_int32, [_E, c_uint32, POINTER(_PoolStats)]),
+    ("fairq_fairness_get", c_int32, [_E, POINTER(_Fairness)]),
+    ("fairq_fairness_get_at", c_int32, [_E, c_uint64, POINTER(_Fairness)]),
+    ("fairq_fairness_top", c_int32, [_E, POINTER(_Indicators), c_size_t, POINTER(c_size_t)]),
+    ("fairq_fairness_top_at", c_int32,
+     [_E, c_uint64, POINTER(_Indicators), c_size_t, POINTER(c_size_t)]),
 ]:
     _fn = getattr(_lib, _name)
     _fn.restype = _res
     _fn.argtypes = _args
+
+# Fleet mode is in the library only when it was built with cargo feature `fleet`.
+HAS_FLEET = hasattr(_lib, "fairq_fleet_new")
+if HAS_FLEET:
+    for _name, _res, _args in [
+        ("fairq_fleet_config_default", None, [POINTER(FleetConfig)]),
+        ("fairq_fleet_new", c_int32,
+         [_E, POINTER(FleetConfig), POINTER(c_void_p), c_char_p, c_size_t]),
+        ("fairq_fleet_free", None, [_F]),
+        ("fairq_fleet_sync", c_int32, [_F]),
+        ("fairq_fleet_sync_at", c_int32, [_F, c_uint64]),
+        ("fairq_fleet_start", c_int32, [_F]),
+        ("fairq_fleet_stop", c_int32, [_F]),
+        ("fairq_fleet_get_status", c_int32, [_F, POINTER(_FleetStatus)]),
+    ]:
+        _fn = getattr(_lib, _name)
+        _fn.restype = _res
+        _fn.argtypes = _args
 
 # ---------------------------------------------------------------------------- errors, names
 
@@ -399,6 +587,86 @@ Completion.__doc__ = """What complete did: ``status`` is "completed", "requeued"
 
 _COMPLETION_STATUS = {OK: "completed", REQUEUED: "requeued", REFUSED: "refused"}
 
+Refusal = namedtuple("Refusal", "reason position waited_ns reason_code")
+Refusal.__doc__ = """A request ended with a refusal (``expire``): ``reason`` is its name."""
+
+TickReport = namedtuple("TickReport",
+                        "boosts_started feedback_ran weights_raised weights_lowered")
+TickReport.__doc__ = """What one ``tick`` did."""
+
+Indicators = namedtuple(
+    "Indicators",
+    "tenant_key requests refused granted granted_cost waits wait_p95_ns starvation_current_ns "
+    "starvation_longest_ns refusal_rate expected_cost fair_share_ratio weight effective_weight "
+    "boosted ready",
+)
+Indicators.__doc__ = """One tenant's fairness indicators, cumulative since it took its slot;
+``refusal_rate`` and ``fair_share_ratio`` are None while undefined."""
+
+Fairness = namedtuple(
+    "Fairness",
+    "tenants fair_share_ratio_min fair_share_ratio_max wait_p95_min_s wait_p95_max_s "
+    "refusal_rate_min refusal_rate_max starvation_current_min_s starvation_current_max_s "
+    "starvation_longest_min_s starvation_longest_max_s",
+)
+Fairness.__doc__ = """The indicators' min and max over every tenant holding a slot; None where
+no tenant has the indicator yet."""
+
+PoolStats = namedtuple("PoolStats", "in_flight blocked_tenants blocks max_in_flight")
+PoolStats.__doc__ = """One bulkhead pool's gauges and counter."""
+
+PoolShedding = namedtuple("PoolShedding",
+                          "limit shedding last_error_ratio cuts reports_ok reports_error")
+PoolShedding.__doc__ = """One bulkhead pool's load-shedding stage: the in-flight limit in
+force, whether it is cut, the last judged window's error ratio (None before the first)."""
+
+Shedding = namedtuple("Shedding", "error_percent window_ms min_requests",
+                      defaults=(2, 5000, 20))
+Shedding.__doc__ = """Load shedding on the bulkhead pools: a pool over ``error_percent``
+(1..=100) errors in a window of ``window_ms`` (100..=3600000), with at least ``min_requests``
+reports, has its in-flight limit cut in half; calm windows grow it back."""
+
+FleetStatus = namedtuple(
+    "FleetStatus",
+    "last_sync_ns pipelines syncs tenants_tracked consecutive_failures has_synced degraded "
+    "running",
+)
+FleetStatus.__doc__ = """Where a fleet's sync loop stands."""
+
+StarvationGuard = namedtuple("StarvationGuard", "min_grants_per_minute min_share_percent",
+                             defaults=(30, 3))
+StarvationGuard.__doc__ = """Minimum service per weight class: the larger of
+``min_grants_per_minute`` (1..=60000) or ``min_share_percent`` (0..=50) % of all grants."""
+
+WaitBoost = namedtuple("WaitBoost", "after_ms max_boosted", defaults=(20000, 64))
+WaitBoost.__doc__ = """+1 weight for a tenant ready and unserved longer than ``after_ms``
+(1000..=3600000), at most ``max_boosted`` (1..=65536) at once; started by ``tick``."""
+
+FeedbackController = namedtuple(
+    "FeedbackController",
+    "period_ms floor_percent ceiling_percent low_ratio_percent high_ratio_percent "
+    "min_expected_cost",
+    defaults=(300000, 50, 200, 90, 110, 100),
+)
+FeedbackController.__doc__ = """The slow weight controller run by ``tick`` once per
+``period_ms`` (60000..=3600000); see include/fairq.h for every range."""
+
+
+def _nan_none(value):
+    return None if value != value else value  # NaN is the only value unequal to itself
+
+
+def _indicators(out):
+    return Indicators(out.tenant_key, out.requests, out.refused, out.granted, out.granted_cost,
+                      out.waits, out.wait_p95_ns, out.starvation_current_ns,
+                      out.starvation_longest_ns, _nan_none(out.refusal_rate), out.expected_cost,
+                      _nan_none(out.fair_share_ratio), out.weight, out.effective_weight,
+                      bool(out.boosted), bool(out.ready))
+
+
+def _text(value):
+    return value.encode() if isinstance(value, str) else bytes(value)
+
 
 def _now_args(now_ns):
     return () if now_ns is None else (now_ns,)
@@ -413,19 +681,65 @@ class Engine:
     manager, or call ``close()``. Every method accepts ``now_ns=`` (monotonic ns) to drive time
     explicitly; without it the library's clock is read."""
 
-    def __init__(self, config=None, **fields):
+    def __init__(self, config=None, *, tiers=None, starvation_guard=None, wait_boost=None,
+                 feedback=None, pools=None, shedding=None, indicators=None,
+                 indicator_top_k=None, **fields):
         if config is None:
             config = Config.default()
         for name, value in fields.items():
             if name not in dict(Config._fields_):
                 raise TypeError("unknown config field %r" % name)
             setattr(config, name, value)
-        message = ctypes.create_string_buffer(256)
-        _check(_lib.fairq_config_check(byref(config), message, len(message)),
+        message = ctypes.create_string_buffer(512)
+        builder = c_void_p()
+        _check(_lib.fairq_engine_builder_new(byref(config), byref(builder), message,
+                                             len(message)),
                message.value.decode(errors="replace"))
-        handle = c_void_p()
-        _check(_lib.fairq_engine_new(byref(config), byref(handle)))
+        try:
+            self._apply_controls(builder, tiers, starvation_guard, wait_boost, feedback, pools,
+                                 shedding, indicators, indicator_top_k)
+            handle = c_void_p()
+            _check(_lib.fairq_engine_builder_build(builder, byref(handle)))
+        finally:
+            _lib.fairq_engine_builder_free(builder)
         self._handle = handle.value
+        self.pools = len(pools or ())
+
+    @staticmethod
+    def _apply_controls(builder, tiers, guard, boost, feedback, pools, shedding, indicators,
+                        top_k):
+        """Each control through its builder setter; a rejected one raises with the message
+        naming the field and its range."""
+        def setter(status):
+            if status < 0:
+                buf = ctypes.create_string_buffer(512)
+                _lib.fairq_engine_builder_message(builder, buf, len(buf), None)
+                raise FairqError(status, buf.value.decode(errors="replace"))
+
+        if indicators is not None:  # first: the boost and the controller need them on
+            setter(_lib.fairq_engine_builder_set_indicators(builder, bool(indicators)))
+        for name, weight in (tiers or {}).items():
+            data = _text(name)
+            setter(_lib.fairq_engine_builder_add_tier(builder, data, len(data), weight))
+        if guard:
+            g = StarvationGuard() if guard is True else StarvationGuard(*guard)
+            setter(_lib.fairq_engine_builder_set_starvation_guard(builder, *g))
+        if boost:
+            b = WaitBoost() if boost is True else WaitBoost(*boost)
+            setter(_lib.fairq_engine_builder_set_wait_boost(builder, *b))
+        if feedback:
+            f = FeedbackController() if feedback is True else FeedbackController(*feedback)
+            setter(_lib.fairq_engine_builder_set_feedback(builder, f.period_ms, f.floor_percent,
+                                                          f.ceiling_percent))
+            setter(_lib.fairq_engine_builder_set_feedback_thresholds(
+                builder, f.low_ratio_percent, f.high_ratio_percent, f.min_expected_cost))
+        for max_in_flight in pools or ():
+            setter(_lib.fairq_engine_builder_add_pool(builder, max_in_flight, None))
+        if shedding:
+            s = Shedding() if shedding is True else Shedding(*shedding)
+            setter(_lib.fairq_engine_builder_set_shedding(builder, *s))
+        if top_k is not None:
+            setter(_lib.fairq_engine_builder_set_indicator_top_k(builder, top_k))
 
     # -- life cycle
 
@@ -483,6 +797,18 @@ class Engine:
         )
         return None if status == NOT_FOUND else (grants.value, cost.value)
 
+    def set_tier(self, tenant, tier):
+        """Puts a tenant (raw id or key) in a tier the engine was built with: its weight
+        becomes the tier's. An unknown tier raises ``FAIRQ_ERR_INVALID_ARGUMENT``."""
+        name = _text(tier)
+        _check(_lib.fairq_set_tier_key(self._handle, _key(tenant), name, len(name)))
+
+    def tier_weight(self, tier):
+        """The weight of a tier (case-insensitive), or None when the engine has no such tier."""
+        name, out = _text(tier), c_uint32()
+        status = _check(_lib.fairq_tier_weight(self._handle, name, len(name), byref(out)))
+        return None if status == NOT_FOUND else out.value
+
     def resolve_tenant(self, user=None, team=None, api_key=None, team_is_placeholder=False):
         """``(key, tenant dimension name)`` by the configured dimension, then user, team,
         api_key; None when the request carries no identifier."""
@@ -504,14 +830,21 @@ class Engine:
     # -- the admission cycle
 
     def enqueue(self, tenant, dimension=DIM_USER, user_data=0, cost=1, retry_after_ns=0,
-                timeout_ns=0, now_ns=None):
-        """Holds a refused request in its tenant's queue, or refuses it at once."""
+                timeout_ns=0, now_ns=None, downstream=None):
+        """Holds a refused request in its tenant's queue, or refuses it at once. ``downstream``
+        names its bulkhead pool (0, 1, ... in the order of ``pools``)."""
         request = _Request(_key(tenant), user_data, retry_after_ns, timeout_ns, dimension, cost)
         out = _EnqueueResult()
-        if now_ns is None:
-            status = _lib.fairq_enqueue(self._handle, byref(request), byref(out))
+        h = self._handle
+        if downstream is None and now_ns is None:
+            status = _lib.fairq_enqueue(h, byref(request), byref(out))
+        elif downstream is None:
+            status = _lib.fairq_enqueue_at(h, byref(request), now_ns, byref(out))
+        elif now_ns is None:
+            status = _lib.fairq_enqueue_downstream(h, byref(request), downstream, byref(out))
         else:
-            status = _lib.fairq_enqueue_at(self._handle, byref(request), now_ns, byref(out))
+            status = _lib.fairq_enqueue_downstream_at(h, byref(request), downstream, now_ns,
+                                                      byref(out))
         _check(status)
         return EnqueueResult(status == QUEUED, out.ticket, out.position, out.estimated_wait_ns,
                              reason_name(out.reason), out.reason)
@@ -553,6 +886,27 @@ class Engine:
         else:
             _check(_lib.fairq_cancel_at(self._handle, ticket, now_ns))
 
+    def expire(self, ticket, now_ns=None):
+        """Ends a queued ticket whose budget the caller's own timer says has run out (counted
+        ``deadline_exceeded``); returns its ``Refusal``."""
+        out = _Completion()
+        if now_ns is None:
+            _check(_lib.fairq_expire(self._handle, ticket, byref(out)))
+        else:
+            _check(_lib.fairq_expire_at(self._handle, ticket, now_ns, byref(out)))
+        return Refusal(reason_name(out.reason), out.position, out.waited_ns, out.reason)
+
+    def tick(self, now_ns=None):
+        """Runs the slow policies (wait boosts, the feedback controller) on this thread; call
+        it about once a second when either is on. Returns a ``TickReport``."""
+        out = _TickReport()
+        if now_ns is None:
+            _check(_lib.fairq_tick(self._handle, byref(out)))
+        else:
+            _check(_lib.fairq_tick_at(self._handle, now_ns, byref(out)))
+        return TickReport(out.boosts_started, bool(out.feedback_ran), out.weights_raised,
+                          out.weights_lowered)
+
     def next_wakeup_ns(self):
         """When a parked tenant may become ready (monotonic ns), or None."""
         out = c_uint64()
@@ -568,9 +922,66 @@ class Engine:
         stats = {name: getattr(out, name) for name, _ in _Stats._fields_ if name != "refused"}
         stats["refused"] = {
             reason_name(code): out.refused[code]
-            for code in range(REASON_QUEUE_FULL, REASON_CANCELLED + 1)
+            for code in range(REASON_QUEUE_FULL, REASON_DOWNSTREAM_SHEDDING + 1)
         }
         return stats
+
+    def indicators(self, tenant, now_ns=None):
+        """A tenant's (raw id or key) ``Indicators``, or None when it holds no slot."""
+        out = _Indicators()
+        if now_ns is None:
+            status = _check(_lib.fairq_tenant_indicators(self._handle, _key(tenant), byref(out)))
+        else:
+            status = _check(_lib.fairq_tenant_indicators_at(self._handle, _key(tenant), now_ns,
+                                                            byref(out)))
+        return None if status == NOT_FOUND else _indicators(out)
+
+    def fairness(self, now_ns=None):
+        """The indicators' min and max over every tenant (``Fairness``)."""
+        out = _Fairness()
+        if now_ns is None:
+            _check(_lib.fairq_fairness_get(self._handle, byref(out)))
+        else:
+            _check(_lib.fairq_fairness_get_at(self._handle, now_ns, byref(out)))
+        return Fairness(out.tenants, *(_nan_none(getattr(out, f)) for f, _ in
+                                       _Fairness._fields_[1:]))
+
+    def fairness_top(self, limit=1000, now_ns=None):
+        """The ``Indicators`` of the tenants with the most requests, most first: at most
+        ``limit`` and at most the engine's ``indicator_top_k``."""
+        cap = max(int(limit), 0)
+        out = (_Indicators * max(cap, 1))()
+        n = c_size_t()
+        if now_ns is None:
+            _check(_lib.fairq_fairness_top(self._handle, out, cap, byref(n)))
+        else:
+            _check(_lib.fairq_fairness_top_at(self._handle, now_ns, out, cap, byref(n)))
+        return [_indicators(out[i]) for i in range(n.value)]
+
+    def pool_stats(self, downstream):
+        """Bulkhead pool ``downstream``'s ``PoolStats``, or None when there is no such pool."""
+        out = _PoolStats()
+        status = _check(_lib.fairq_pool_get_stats(self._handle, downstream, byref(out)))
+        if status == NOT_FOUND:
+            return None
+        return PoolStats(out.in_flight, out.blocked_tenants, out.blocks, out.max_in_flight)
+
+    def report_downstream(self, downstream, ok, now_ns=None):
+        """Reports whether a call to pool ``downstream`` succeeded (for HTTP: status < 500),
+        for load shedding; a no-op while it is off."""
+        if now_ns is None:
+            _check(_lib.fairq_report_downstream(self._handle, downstream, bool(ok)))
+        else:
+            _check(_lib.fairq_report_downstream_at(self._handle, downstream, bool(ok), now_ns))
+
+    def pool_shedding(self, downstream):
+        """Pool ``downstream``'s ``PoolShedding``, or None when there is no such pool."""
+        out = _PoolShedding()
+        status = _check(_lib.fairq_pool_get_shedding(self._handle, downstream, byref(out)))
+        if status == NOT_FOUND:
+            return None
+        return PoolShedding(out.limit, bool(out.shedding), _nan_none(out.last_error_ratio),
+                            out.cuts, out.reports_ok, out.reports_error)
 
     def metrics(self):
         """The Prometheus text exposition."""
@@ -583,3 +994,73 @@ class Engine:
                 _check(status)
                 return buf.value.decode()
             size = needed.value + 1024  # metrics can grow between calls
+
+
+# ---------------------------------------------------------------------------- fleet mode
+
+
+class Fleet:
+    """Fleet mode: this engine's replica of a fleet that shares served cost through Redis, so
+    fairness holds across replicas. Needs a library built with cargo feature ``fleet``
+    (``HAS_FLEET``). ``Fleet(engine, url="redis://...", fleet="api", replica="host-1",
+    period_ms=100)`` takes any ``fairq_fleet_config`` field as a keyword. Run the loop with
+    ``sync()`` on your own timer, or ``start()`` a library thread. Keeps its engine alive until
+    ``close()``, which must come after every other call on the fleet."""
+
+    def __init__(self, engine, **fields):
+        if not HAS_FLEET:
+            raise OSError("fairq's library at %s was built without fleet mode (cargo build "
+                          "--features fleet)" % library_path)
+        config = FleetConfig.default()
+        for name, value in fields.items():
+            if name not in dict(FleetConfig._fields_):
+                raise TypeError("unknown fleet config field %r" % name)
+            setattr(config, name, _text(value) if isinstance(value, str) else value)
+        err = ctypes.create_string_buffer(512)
+        handle = c_void_p()
+        _check(_lib.fairq_fleet_new(engine._handle, byref(config), byref(handle), err,
+                                    len(err)), err.value.decode(errors="replace"))
+        self._handle = handle.value
+
+    def close(self):
+        """Stops the sync thread if it runs and releases the fleet. Idempotent."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _lib.fairq_fleet_free(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown may have torn down the module already
+            pass
+
+    def sync(self, now_ns=None):
+        """One sync with Redis on this thread (blocks up to the socket timeout, P/2). A failed
+        sync raises ``FAIRQ_ERR_FLEET_SYNC`` (the deltas are kept for the next one);
+        ``FAIRQ_ERR_BUSY`` while the library thread runs."""
+        if now_ns is None:
+            _check(_lib.fairq_fleet_sync(self._handle))
+        else:
+            _check(_lib.fairq_fleet_sync_at(self._handle, now_ns))
+
+    def start(self):
+        """Starts the library's sync thread (one sync every period)."""
+        _check(_lib.fairq_fleet_start(self._handle))
+
+    def stop(self):
+        """Stops the sync thread; False when none was running."""
+        return _check(_lib.fairq_fleet_stop(self._handle)) == OK
+
+    def status(self):
+        """A ``FleetStatus``; never waits for a sync in progress."""
+        out = _FleetStatus()
+        _check(_lib.fairq_fleet_get_status(self._handle, byref(out)))
+        return FleetStatus(out.last_sync_ns, out.pipelines, out.syncs, out.tenants_tracked,
+                           out.consecutive_failures, out.has_synced, out.degraded, out.running)

@@ -93,8 +93,11 @@ const FACTOR_ONE: i64 = crate::limits::FACTOR_ONE as i64;
 
 pub(crate) struct Classes {
     classes: Box<[CachePadded<Class>]>,
-    /// Classes in use; they fill from index 0 and are never freed.
+    /// Classes ever allocated; they fill from index 0. A freed class (weight 0) below this stays
+    /// allocated and is reused for the next new weight.
     allocated: AtomicU32,
+    /// Classes that are never freed (the default weight, tiers): one bit each. Admin lock only.
+    pinned: AtomicU64,
     /// Bumped when a class becomes ready or idle, or its extra weight changes: drops the batch.
     epoch: CachePadded<AtomicU64>,
     /// Precomputed picks (module docs).
@@ -210,6 +213,7 @@ impl Classes {
                 })
                 .collect(),
             allocated: AtomicU32::new(0),
+            pinned: AtomicU64::new(0),
             epoch: CachePadded::new(AtomicU64::new(0)),
             schedule: Schedule {
                 cursor: CachePadded::new(AtomicU64::new(0)),
@@ -248,30 +252,74 @@ impl Classes {
             .map(|c| c as u32)
     }
 
-    /// The class of `weight`, allocating one if needed. Callers hold the engine's admin lock, so
-    /// two classes never get the same weight.
+    /// The class of `weight`, allocating one if needed: a freed class first, else a new index.
+    /// `None` when every class is in use. Callers hold the engine's admin lock, so two classes
+    /// never get the same weight.
     pub(crate) fn ensure(&self, weight: u32) -> Option<u32> {
         if let Some(c) = self.find(weight) {
             return Some(c);
         }
-        let c = self.allocated();
-        let class = self.classes.get(c)?;
+        let allocated = self.allocated();
+        // Relaxed: admin-lock writers only; a picker reading a stale 0 sees no ready tenant.
+        if let Some(c) =
+            (0..allocated).find(|&c| self.classes[c].weight.load(Ordering::Relaxed) == 0)
+        {
+            self.classes[c].weight.store(weight, Ordering::Relaxed);
+            return Some(c as u32);
+        }
+        let class = self.classes.get(allocated)?;
         class.weight.store(weight, Ordering::Relaxed);
         // Release: the weight is visible before the class is counted.
-        self.allocated.store(c as u32 + 1, Ordering::Release);
-        Some(c as u32)
+        self.allocated
+            .store(allocated as u32 + 1, Ordering::Release);
+        Some(allocated as u32)
     }
 
     /// A class that exists from the start and is never freed (the default weight, tiers).
     pub(crate) fn pin(&self, weight: u32) {
-        let class = self.ensure(weight);
-        debug_assert!(class.is_some(), "validated to fit max_weight_classes");
+        let Some(class) = self.ensure(weight) else {
+            debug_assert!(false, "validated to fit max_weight_classes");
+            return;
+        };
+        // Relaxed: admin-lock (or construction) writers only.
+        self.pinned.fetch_or(1 << class, Ordering::Relaxed);
     }
 
-    /// Whether every weight of `weights` (distinct) can have a class at once.
+    /// Frees every class that is not pinned, has no ready tenant, and is not in `referenced` (a
+    /// bit per class: tenants' classes, weights in the weight table). A freed class keeps its
+    /// index and is reused by `ensure`. Admin lock only. Returns how many it freed.
+    pub(crate) fn collect(&self, referenced: u64) -> usize {
+        let keep = referenced | self.pinned.load(Ordering::Relaxed);
+        let mut freed = 0;
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            // Relaxed: admin-lock writers; `ready` is the holders', and a class with a tenant
+            // in its ready set or ring is referenced by that tenant's slot anyway.
+            if keep & (1 << c) != 0
+                || class.weight.load(Ordering::Relaxed) == 0
+                || class.ready.load(Ordering::Relaxed) != 0
+            {
+                continue;
+            }
+            class.weight.store(0, Ordering::Relaxed);
+            class.extra.store(0, Ordering::Relaxed);
+            class.quantum.store(1, Ordering::Relaxed);
+            freed += 1;
+        }
+        if freed > 0 {
+            // A stale batch may still name a freed class: drop it.
+            self.invalidate();
+        }
+        freed
+    }
+
+    /// Whether every weight of `weights` (distinct) can have a class at once, counting the
+    /// classes in use now.
     pub(crate) fn can_hold(&self, weights: &[u32]) -> bool {
         let missing = weights.iter().filter(|&&w| self.find(w).is_none()).count();
-        self.allocated() + missing <= self.classes.len()
+        let in_use = (0..self.allocated())
+            .filter(|&c| self.classes[c].weight.load(Ordering::Relaxed) != 0)
+            .count();
+        in_use + missing <= self.classes.len()
     }
 
     pub(crate) fn weight(&self, class: u32) -> u32 {

@@ -114,11 +114,16 @@ pub(crate) trait Hooks: Send + Sync {
         Ok(())
     }
 
-    /// The holder is about to grant a head that goes to `downstream`.
+    /// The holder is about to grant, at `now`, a head that goes to `downstream`.
     #[inline]
-    fn admit(&self, _downstream: u32) -> Admit {
+    fn admit(&self, _downstream: u32, _now: u64) -> Admit {
         Admit::Yes
     }
+
+    /// A request for `downstream` entered (`1`) or left (`-1`) the queue without a grant yet
+    /// (load shedding estimates a pool's wait from it).
+    #[inline]
+    fn queued(&self, _downstream: u32, _delta: i64) {}
 
     /// A head that `admit` refused: the tenant (out of the ready set, its turn held) waits with
     /// the feature, which owns its turn from now on. Returns a tenant the core must place again

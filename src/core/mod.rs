@@ -45,15 +45,13 @@ use ring::Next;
 pub(crate) use tenants::{ring_capacity, slot_count};
 use tenants::{TenantSlot, TenantTable};
 use tickets::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
-use wheel::Wheel;
+use wheel::{Wheel, LATEST_NOT_BEFORE};
 
 #[cfg(loom)]
 pub use classes::with_batched_picks;
 
 /// Most visits a tenant can make up at once after missing turns while held.
 const MAKEUP_VISITS: i64 = 8;
-/// DRR credit is kept in 1/`FACTOR_ONE` cost units, so a fleet factor scales it without rounding.
-const CREDIT_UNIT: i64 = FACTOR_ONE as i64;
 /// Most cost debt (from `complete` corrections) a tenant carries, in class quanta.
 const DEBT_QUANTA: i64 = 8;
 /// `live` pins `enqueue` takes on a slot: the ticket's own, and `push_queued`'s extra pin.
@@ -91,7 +89,7 @@ struct Counters {
     cancelled: AtomicU64,
     expired: AtomicU64,
     refused_after_wait: AtomicU64,
-    refused: [AtomicU64; 9],
+    refused: [AtomicU64; Reason::ALL.len()],
 }
 
 fn bump(counter: &AtomicU64) {
@@ -175,7 +173,11 @@ impl<H: Hooks> Core<H> {
     /// Builds the core: every table is allocated here, none later.
     pub(crate) fn new(limits: Limits, hooks: H) -> Core<H> {
         let slots = slot_count(limits.max_tenants as usize);
-        let classes = Classes::new(limits.max_weight_classes as usize, slots);
+        // Twice the classes the weights may use at once: a tenant still queued in the class of
+        // its old weight keeps that class alive until it is served, and a weight change must
+        // not wait for that.
+        let physical = (2 * limits.max_weight_classes as usize).min(CLASS_LIMIT);
+        let classes = Classes::new(physical, slots);
         classes.pin(limits.default_weight);
         for &weight in &limits.pinned_weights {
             classes.pin(weight); // validated to fit max_weight_classes
@@ -301,13 +303,18 @@ impl<H: Hooks> Core<H> {
                 downstream: request.downstream,
                 user_data: request.user_data,
                 deadline: now.saturating_add(budget),
-                not_before: now.saturating_add(request.retry_after_ns),
+                not_before: now
+                    .saturating_add(request.retry_after_ns)
+                    .min(LATEST_NOT_BEFORE),
                 enqueued_at: now,
                 estimated_wait: estimated_wait_ns,
             },
         );
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
+        // Counted before it is published, so a cancel's decrement never comes first.
+        self.hooks.queued(request.downstream, 1);
         if self.push_queued(t, ticket, now, true) == Pushed::Refused {
+            self.hooks.queued(request.downstream, -1);
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             self.hooks.refused_on_arrival(t);
             bump(&self.shard(spread).refused[Reason::TenantQueueFull.index()]);
@@ -327,12 +334,26 @@ impl<H: Hooks> Core<H> {
 
     /// Sets up a slot just claimed for `key`, while the claimer holds it exclusively.
     fn init_slot(&self, t: SlotId, slot: &TenantSlot, key: u64) {
-        let weight = self.weights.with(|w| w.get(key));
-        // `set_weight` creates a weight's class before it publishes the weight, so it exists.
-        let class = self.classes.find(weight).unwrap_or(0);
+        let (weight, class) = self.weight_and_class(key);
         slot.weight.store(weight, Ordering::Relaxed);
         slot.class.store(class, Ordering::Relaxed);
         self.hooks.claimed(t);
+    }
+
+    /// `key`'s weight in the weight table and that weight's class. `set_weight` creates a
+    /// weight's class before it publishes the weight; but a table read just before a newer one
+    /// replaced it may name a weight whose class was freed meanwhile (no tenant and no table entry
+    /// refer to it), so a missing class means "read the table again". After a few tries (only
+    /// under a storm of weight changes) the default weight's class, which is never freed.
+    fn weight_and_class(&self, key: u64) -> (u32, ClassId) {
+        for _ in 0..4 {
+            let weight = self.weights.with(|w| w.get(key));
+            if let Some(class) = self.classes.find(weight) {
+                return (weight, class);
+            }
+        }
+        let weight = self.limits.default_weight;
+        (weight, self.classes.find(weight).unwrap_or(0))
     }
 
     /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
@@ -630,7 +651,7 @@ impl<H: Hooks> Core<H> {
                 self.park(t, fields.not_before, now);
                 return Served::Nothing;
             }
-            if self.hooks.admit(fields.downstream) == Admit::No {
+            if self.hooks.admit(fields.downstream, now) == Admit::No {
                 // Its bulkhead pool is full: it waits there, uncharged, its turn handed over.
                 self.leave_ready(t, class, now);
                 if let Some(u) = self.hooks.block(t, fields.downstream, fields.deadline) {
@@ -643,7 +664,7 @@ impl<H: Hooks> Core<H> {
             if new_visit {
                 if slot.debt.load(Ordering::Relaxed) != 0 {
                     let debt = slot.debt.swap(0, Ordering::Relaxed);
-                    credit = credit.saturating_sub(debt.saturating_mul(CREDIT_UNIT));
+                    credit = credit.saturating_sub(debt.saturating_mul(i64::from(FACTOR_ONE)));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
                 // Visits it missed while another granter held it are made up (a few at most).
@@ -653,11 +674,11 @@ impl<H: Hooks> Core<H> {
                 // A tenant at a reduced effective weight (fleet mode) earns credit in proportion.
                 let earned = quantum * owed * i64::from(slot.factor.load(Ordering::Relaxed));
                 // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
-                credit = credit.max(-DEBT_QUANTA * quantum * CREDIT_UNIT) + earned;
+                credit = credit.max(-DEBT_QUANTA * quantum * i64::from(FACTOR_ONE)) + earned;
                 slot.credit.store(credit, Ordering::Relaxed);
                 new_visit = false;
             }
-            if credit < i64::from(cost) * CREDIT_UNIT {
+            if credit < i64::from(cost) * i64::from(FACTOR_ONE) {
                 // This visit is spent; the next one adds a quantum.
                 if let Some(u) = self.hooks.unadmit(fields.downstream) {
                     self.place(u, None, false, now);
@@ -671,9 +692,12 @@ impl<H: Hooks> Core<H> {
                 }
                 continue; // a cancel won; the next round sweeps it
             }
-            slot.credit
-                .store(credit - i64::from(cost) * CREDIT_UNIT, Ordering::Relaxed);
+            slot.credit.store(
+                credit - i64::from(cost) * i64::from(FACTOR_ONE),
+                Ordering::Relaxed,
+            );
             self.unreserve(t);
+            self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
             let waited_ns = now.saturating_sub(fields.enqueued_at);
             let event = GrantEvent {
@@ -760,7 +784,7 @@ impl<H: Hooks> Core<H> {
                 .tickets
                 .fields(Ticket(slot.staged.load(Ordering::Relaxed)))
                 .map_or(u32::MAX, |f| f.cost);
-            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * CREDIT_UNIT
+            slot.credit.load(Ordering::Relaxed) >= i64::from(next_cost) * i64::from(FACTOR_ONE)
         };
         self.place(t, Some(class), visit_continues, now);
     }
@@ -772,6 +796,7 @@ impl<H: Hooks> Core<H> {
             return None;
         }
         self.unreserve(t);
+        self.hooks.queued(fields.downstream, -1);
         let waited_ns = now.saturating_sub(fields.enqueued_at);
         // Before the release below: the slot is still pinned by this ticket.
         self.hooks
@@ -869,13 +894,12 @@ impl<H: Hooks> Core<H> {
             return refuse(Reason::WaitExceedsBudget, position);
         }
         let estimated_wait_ns = self.estimate(self.tenants.slot(t), retry_after_ns, position);
-        self.tickets.requeue(
-            ticket,
-            now.saturating_add(retry_after_ns),
-            position,
-            estimated_wait_ns,
-        );
+        let not_before = now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE);
+        self.tickets
+            .requeue(ticket, not_before, position, estimated_wait_ns);
+        self.hooks.queued(fields.downstream, 1);
         if self.push_queued(t, ticket, now, false) == Pushed::Refused {
+            self.hooks.queued(fields.downstream, -1);
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             return refused(Reason::TenantQueueFull, position);
         }
@@ -944,6 +968,7 @@ impl<H: Hooks> Core<H> {
             if state == QUEUED {
                 // Its entry stays in the queue as a dead one until the scheduler sweeps it.
                 self.unreserve(t);
+                self.hooks.queued(fields.downstream, -1);
             } else {
                 self.end_grant(fields.downstream, now);
             }
@@ -976,11 +1001,13 @@ impl<H: Hooks> Core<H> {
             return Err(Error::InvalidArgument("weight must be in 1..=10000"));
         }
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let class = self
-            .classes
-            .ensure(weight)
-            .ok_or(Error::TooManyWeightClasses)?;
         let next = self.weights.with(|w| w.with_entry(key.get(), weight));
+        if !self.within_class_limit(&next) {
+            return Err(Error::TooManyWeightClasses);
+        }
+        let class = self
+            .class_for(weight, Some(&next))
+            .ok_or(Error::TooManyWeightClasses)?;
         self.weights.store(next);
         self.apply_weight(key.get(), weight, class);
         Ok(())
@@ -1001,16 +1028,20 @@ impl<H: Hooks> Core<H> {
         distinct.push(default_weight);
         distinct.sort_unstable();
         distinct.dedup();
-        if !self.classes.can_hold(&distinct) {
+        let next = WeightTable::from_entries(entries.iter().copied(), default_weight);
+        if !self.within_class_limit(&next) {
             return Err(Error::TooManyWeightClasses);
+        }
+        if !self.classes.can_hold(&distinct) {
+            self.classes.collect(self.referenced_classes(Some(&next)));
+            if !self.classes.can_hold(&distinct) {
+                return Err(Error::TooManyWeightClasses);
+            }
         }
         for &w in &distinct {
             self.classes.ensure(w);
         }
-        self.weights.store(WeightTable::from_entries(
-            entries.iter().copied(),
-            default_weight,
-        ));
+        self.weights.store(next);
         for index in 0..self.tenants.len() as SlotId {
             let key = self.tenants.slot(index).key.load(Ordering::Relaxed);
             if key != 0 {
@@ -1020,6 +1051,56 @@ impl<H: Hooks> Core<H> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `table`'s distinct weights, with the pinned ones (tiers), fit `max_weight_classes`.
+    fn within_class_limit(&self, table: &WeightTable) -> bool {
+        let mut distinct: Vec<u32> = table
+            .weights()
+            .chain(self.limits.pinned_weights.iter().copied())
+            .collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        distinct.len() <= self.limits.max_weight_classes as usize
+    }
+
+    /// The class of `weight`, freeing the classes no one refers to any more if every class is
+    /// taken (`next`: the weight table about to be published, whose weights must keep theirs).
+    /// Admin lock held.
+    fn class_for(&self, weight: u32, next: Option<&WeightTable>) -> Option<ClassId> {
+        if let Some(class) = self.classes.ensure(weight) {
+            return Some(class);
+        }
+        self.classes.collect(self.referenced_classes(next));
+        self.classes.ensure(weight)
+    }
+
+    /// A bit for every class something refers to: a tenant slot's class, a weight of `next` (the
+    /// table about to be published) or else of the table in use. O(slots + table entries); admin
+    /// lock held.
+    fn referenced_classes(&self, next: Option<&WeightTable>) -> u64 {
+        let mut referenced = 0u64;
+        for slot in self.tenants.slots() {
+            // Relaxed: admin lock held; a slot being claimed reads the weight table, whose
+            // weights are kept below.
+            if slot.key.load(Ordering::Relaxed) != 0 {
+                referenced |= 1 << slot.class.load(Ordering::Relaxed);
+            }
+        }
+        let mut keep = |table: &WeightTable| {
+            for w in table.weights() {
+                if let Some(c) = self.classes.find(w) {
+                    referenced |= 1 << c;
+                }
+            }
+        };
+        // The table about to replace the current one, else the current one: a weight only the
+        // outgoing table has may be freed now (see `weight_and_class`).
+        match next {
+            Some(next) => keep(next),
+            None => self.weights.with(&mut keep),
+        }
+        referenced
     }
 
     fn apply_weight(&self, key: u64, weight: u32, class: ClassId) {
@@ -1062,7 +1143,7 @@ impl<H: Hooks> Core<H> {
     /// the class if there is room. Returns whether it moved. Off the hot path.
     pub(crate) fn move_to_class(&self, key: TenantKey, weight: u32) -> bool {
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(class) = self.classes.ensure(weight) else {
+        let Some(class) = self.class_for(weight, None) else {
             return false; // no weight class left for it
         };
         let Some(t) = self.tenants.pin_existing(key.get()) else {
@@ -1137,6 +1218,15 @@ impl<H: Hooks> Core<H> {
                 queued: u64::from(slot.depth.load(Ordering::Relaxed)),
             });
             self.tenants.release_live(t, 1, 0);
+        }
+    }
+
+    /// Places tenants a feature hands back outside the hooks' own returns (load shedding's
+    /// pool limit grew, so blocked tenants may be granted without a release to wake them).
+    pub(crate) fn place_unblocked(&self, slots: impl IntoIterator<Item = SlotId>, now: u64) {
+        let now = self.monotonic(now);
+        for t in slots {
+            self.place(t, None, false, now);
         }
     }
 

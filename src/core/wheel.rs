@@ -8,6 +8,12 @@ use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 const TICK_SHIFT: u32 = 20;
 /// Buckets: a horizon of about 268 ms. Later entries wait in their bucket and are re-parked.
 const BUCKETS: u64 = 256;
+/// The latest not-before time the engine stores: two ticks before the end of the `u64` range.
+/// A tenant is parked in the tick after the cursor at the earliest, and the last tick has none
+/// after it, so a later not-before would be parked where no advance can reach (stranded). The
+/// clock the engine holds lags the latest time by less than a tick, so by then every head is
+/// ready instead.
+pub(crate) const LATEST_NOT_BEFORE: u64 = u64::MAX - (2 << TICK_SHIFT);
 
 /// Tenants whose staged head is not ready yet, bucketed by the tick it becomes ready.
 ///
@@ -105,6 +111,8 @@ impl Wheel {
         if self.parked.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        Some((self.cursor.load(Ordering::Acquire) + 1) << TICK_SHIFT)
+        // Saturating: the tick after the last one would wrap to 0.
+        let next = self.cursor.load(Ordering::Acquire) + 1;
+        Some(next.saturating_mul(1 << TICK_SHIFT))
     }
 }

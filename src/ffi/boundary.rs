@@ -75,24 +75,63 @@ pub(crate) unsafe fn write_out<T>(ptr: *mut T, value: T) {
     unsafe { ptr.write(value) }
 }
 
-/// Borrows `len` bytes at `ptr`. NULL is allowed only with `len == 0`.
-///
-/// # Safety
-/// A non-NULL `ptr` must be valid for reads of `len` bytes for `'a`.
-pub(crate) unsafe fn bytes<'a>(ptr: *const c_char, len: usize) -> Result<&'a [u8], i32> {
+/// A caller's array (pointer and element count) whose pointer passed its check; its count is a
+/// value, checked when it is borrowed ([`Array::get`]). Splitting the two keeps the error
+/// precedence: every pointer of a call is checked before any value.
+#[derive(Clone, Copy)]
+pub(crate) struct Array<T> {
+    ptr: *const T,
+    count: usize,
+}
+
+/// Checks an array argument: NULL is allowed only with `count == 0` (else `FAIRQ_ERR_NULL`); a
+/// non-NULL pointer must be aligned for `T` whatever the count (else
+/// `FAIRQ_ERR_INVALID_ARGUMENT`).
+pub(crate) fn array<T>(ptr: *const T, count: usize) -> Result<Array<T>, i32> {
     if ptr.is_null() {
-        return if len == 0 {
-            Ok(&[])
+        return if count == 0 {
+            Ok(Array { ptr, count })
         } else {
             Err(FAIRQ_ERR_NULL)
         };
     }
-    if len > isize::MAX as usize {
-        return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+    required(ptr).map(|ptr| Array { ptr, count })
+}
+
+/// A byte string argument (`len` bytes at `ptr`, not NUL-terminated): [`array`] of bytes.
+pub(crate) fn bytes(ptr: *const c_char, len: usize) -> Result<Array<u8>, i32> {
+    array(ptr.cast::<u8>(), len)
+}
+
+impl<T> Array<T> {
+    /// Borrows the elements. `FAIRQ_ERR_INVALID_ARGUMENT` when `count` elements cannot be one
+    /// object (more than `isize::MAX` bytes).
+    ///
+    /// # Safety
+    /// A non-NULL pointer must be valid for reads of `count` initialised elements, not written
+    /// while the slice lives (the call's duration).
+    pub(crate) unsafe fn get<'a>(self) -> Result<&'a [T], i32> {
+        if self.ptr.is_null() {
+            return Ok(&[]);
+        }
+        let size = std::mem::size_of::<T>().max(1);
+        if self.count > isize::MAX as usize / size {
+            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
+        }
+        // SAFETY: non-NULL and aligned (checked by `array`), the byte size fits `isize`
+        // (checked above), and `count` initialised elements are readable and not written for
+        // `'a` by the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr, self.count) })
     }
-    // SAFETY: non-NULL, `len` fits `isize`, and the caller guarantees `len` readable bytes that
-    // are not written while we hold the slice (the call's duration). u8 has alignment 1.
-    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+}
+
+/// Checks a caller's output buffer of `len` bytes: NULL is allowed only with `len == 0`.
+/// (Bytes need no alignment.)
+pub(crate) fn out_buffer(ptr: *mut c_char, len: usize) -> Result<*mut c_char, i32> {
+    if ptr.is_null() && len > 0 {
+        return Err(FAIRQ_ERR_NULL);
+    }
+    Ok(ptr)
 }
 
 /// Copies `text` into a caller buffer of `len` bytes, truncated, always NUL-terminated when

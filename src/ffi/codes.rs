@@ -79,6 +79,9 @@ pub const FAIRQ_REASON_NO_TENANT: u32 = 7;
 pub const FAIRQ_REASON_DISABLED: u32 = 8;
 /// The caller cancelled the request.
 pub const FAIRQ_REASON_CANCELLED: u32 = 9;
+/// Its downstream's bulkhead pool is shedding load (its error rate passed the threshold) and
+/// cannot serve it within its budget.
+pub const FAIRQ_REASON_DOWNSTREAM_SHEDDING: u32 = 10;
 /// Length of `fairq_stats.refused`, indexed by reason code (room for reasons added later).
 pub const FAIRQ_REASON_SLOTS: usize = 16;
 
@@ -156,6 +159,7 @@ fn reason_name(reason: u32) -> &'static CStr {
         FAIRQ_REASON_NO_TENANT => c"no_tenant",
         FAIRQ_REASON_DISABLED => c"disabled",
         FAIRQ_REASON_CANCELLED => c"cancelled",
+        FAIRQ_REASON_DOWNSTREAM_SHEDDING => c"downstream_shedding",
         _ => c"unknown",
     }
 }
@@ -210,6 +214,10 @@ mod tests {
         }
         assert_eq!(FAIRQ_REASON_QUEUE_FULL, Reason::QueueFull as u32);
         assert_eq!(FAIRQ_REASON_CANCELLED, Reason::Cancelled as u32);
+        assert_eq!(
+            FAIRQ_REASON_DOWNSTREAM_SHEDDING,
+            Reason::DownstreamShedding as u32
+        );
         assert!(Reason::ALL.len() < FAIRQ_REASON_SLOTS);
     }
 

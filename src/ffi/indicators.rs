@@ -1,12 +1,11 @@
-//! The C side of the fairness indicators (R16) and the policy tick (R17, R18):
-//! `fairq_tenant_indicators` reads one tenant's indicators by key, `fairq_tick` runs the slow
-//! policies (wait boost, feedback controller) on the caller's thread.
+//! The C side of the fairness indicators and the policy tick: `fairq_tenant_indicators` reads
+//! one tenant's indicators by key, `fairq_tick` runs the slow policies (wait boost, feedback
+//! controller) on the caller's thread.
 
-use super::api::engine_ref;
+use super::api::{engine_ref, tenant};
 use super::boundary::{optional_out, required_out, write_out};
 use super::codes::*;
 use super::types::fairq_engine;
-use crate::identity::TenantKey;
 use crate::indicators::TenantIndicators;
 use crate::policy::TickReport;
 
@@ -118,7 +117,8 @@ pub unsafe extern "C" fn fairq_tenant_indicators(
 
 /// Reads one tenant's fairness indicators, with starvation windows measured at `now_ns`.
 /// Lock-free. `FAIRQ_OK` fills `*out`; `FAIRQ_NOT_FOUND` when the tenant holds no slot (never
-/// seen, or its idle slot was reused). `FAIRQ_ERR_INVALID_ARGUMENT` for key 0.
+/// seen, or its idle slot was reused). `FAIRQ_ERR_INVALID_ARGUMENT` for a misaligned `out` and
+/// for key 0 (it names no tenant).
 ///
 /// # Safety
 /// `engine` must be NULL or a live engine; `out` must be writable.
@@ -133,11 +133,8 @@ pub unsafe extern "C" fn fairq_tenant_indicators_at(
         // SAFETY: NULL or a live engine, by contract.
         let engine = unsafe { engine_ref(engine) }?;
         let out = required_out(out)?;
-        if tenant_key == 0 {
-            return Err(FAIRQ_ERR_INVALID_ARGUMENT);
-        }
-        let Some(ind) = engine.tenant_indicators_at(TenantKey::from_hash(tenant_key), now_ns)
-        else {
+        let key = tenant(tenant_key)?;
+        let Some(ind) = engine.tenant_indicators_at(key, now_ns) else {
             return Ok(FAIRQ_NOT_FOUND);
         };
         // SAFETY: checked non-NULL and aligned, writable by contract.

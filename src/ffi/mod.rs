@@ -4,12 +4,17 @@
 //!
 //! # Conventions (the README's "API conventions" restates them for C users)
 //! - **Status.** Every function returns an `int32_t` status, except the string functions,
-//!   `fairq_now_ns`, `fairq_config_default`, `fairq_engine_free`, and (feature `fleet`)
-//!   `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
+//!   `fairq_now_ns`, `fairq_config_default`, `fairq_engine_free`, `fairq_engine_builder_free`,
+//!   and (feature `fleet`) `fairq_fleet_config_default` and `fairq_fleet_free`. `FAIRQ_OK` is 0, errors are
 //!   negative, other outcomes (`FAIRQ_QUEUED`, `FAIRQ_EMPTY`, ...) are positive. The numbers never
 //!   change meaning.
-//! - **NULL.** Every pointer is checked. A NULL where a value is required gives `FAIRQ_ERR_NULL`
-//!   before anything happens. `fairq_engine_free(NULL)` is a no-op.
+//! - **Pointers.** Every pointer is checked by the helpers of `boundary.rs`, before anything
+//!   happens: NULL where a value is required gives `FAIRQ_ERR_NULL`, a misaligned pointer
+//!   `FAIRQ_ERR_INVALID_ARGUMENT` (the engine handle: `FAIRQ_ERR_INVALID_HANDLE`).
+//!   `fairq_engine_free(NULL)` is a no-op. `tests/ffi_pointers.rs` tries every pointer of every
+//!   export NULL and misaligned.
+//! - **Precedence.** The engine handle, then the other pointers in argument order, then values,
+//!   then the engine's own answer (`api.rs` spells it out).
 //! - **Out-parameters** are written only when the status says they were (`FAIRQ_OK` and the
 //!   positive outcomes documented per function); on an error they are left untouched.
 //! - **Panics** never cross the boundary: each function catches them and returns
@@ -33,9 +38,12 @@ mod codes;
 mod fleet;
 mod indicators;
 mod types;
+// After the modules above, so the header lists the controls after what they build on.
+mod controls;
 
 pub use api::*;
 pub use codes::*;
+pub use controls::*;
 #[cfg(feature = "fleet")]
 pub use fleet::*;
 pub use indicators::*;

@@ -23,6 +23,9 @@ pub struct fairq_engine {
 
 /// "fairq-en" in ASCII.
 pub(crate) const ENGINE_MAGIC: u64 = 0x6661_6972_712d_656e;
+/// "fairq-fr" in ASCII: the tag `fairq_engine_free` leaves in a handle it releases, so a stale
+/// handle is refused while its memory is not reused.
+pub(crate) const ENGINE_FREED: u64 = 0x6661_6972_712d_6672;
 
 // The header promises that every call but `fairq_engine_free` may run concurrently from any
 // thread: that rests on the handle being `Send + Sync`. This fails to compile if it stops being.
@@ -33,6 +36,18 @@ const _: () = {
 
 /// How an engine is sized and what it does. Start from `fairq_config_default`, then change
 /// fields. Ranges are checked by `fairq_config_check` and `fairq_engine_new`.
+///
+/// Besides each field's range, the engine's fixed tables must fit in 4 GiB (4294967296 bytes),
+/// so the largest values cannot all be used at once. The tables take
+/// `S * (640 + 16 * R) + max_weight_classes * (256 + 16 * S) + 64 * (queue_capacity +
+/// max_in_flight)` bytes, where `S = max_tenants + max_tenants / 4 + 1` (tenant slots) and
+/// `R = tenant_queue_capacity + tenant_queue_capacity / 2 + 1` (ring entries per tenant): about
+/// `max_tenants * (820 + 30 * tenant_queue_capacity + 20 * max_weight_classes)` bytes plus the
+/// tickets. For
+/// example, with the other fields at their defaults, `max_tenants` 4194304 fits only with
+/// `tenant_queue_capacity` 1, and `tenant_queue_capacity` 1048576 only with `max_tenants` up to
+/// 135. Over the cap, `fairq_config_check` names the fields whose product is too large and the
+/// bytes needed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct fairq_config {
@@ -40,9 +55,12 @@ pub struct fairq_config {
     pub enabled: bool,
     /// Which identifier names the tenant: `FAIRQ_TENANT_DIM_*`. Default user.
     pub tenant_dimension: u32,
-    /// Tenant table capacity. 1..=4194304. Default 1024.
+    /// Tenant table capacity. A new tenant is refused `FAIRQ_REASON_TENANT_TABLE_FULL` while
+    /// `max_tenants` tenants are active; a tenant coming back to its own idle slot is always let
+    /// in, so up to `max_tenants + max_tenants / 4 + 1` (the table's slots) can be active.
+    /// 1..=4194304 (and the table cap above). Default 1024.
     pub max_tenants: u32,
-    /// Per-tenant queue bound. 1..=1048576. Default 64.
+    /// Per-tenant queue bound. 1..=1048576 (and the table cap above). Default 64.
     pub tenant_queue_capacity: u32,
     /// Global bound on queued requests. 1..=16777216. Default 4096.
     pub queue_capacity: u32,
@@ -109,8 +127,9 @@ impl fairq_config {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairq_request {
-    /// The tenant (`fairq_tenant_key`, `fairq_resolve_tenant`); 0 when the request carries no
-    /// identifier (refused with `FAIRQ_REASON_NO_TENANT`).
+    /// The tenant (`fairq_tenant_key`, `fairq_resolve_tenant`, never 0); 0 means the request
+    /// carries no identifier: `fairq_enqueue` refuses it with `FAIRQ_REASON_NO_TENANT` (status
+    /// `FAIRQ_REFUSED`, not an error).
     pub tenant_key: u64,
     /// Opaque caller data, returned with the grant (a request pointer, an id).
     pub user_data: u64,
@@ -258,7 +277,8 @@ impl From<Completion> for fairq_completion {
     }
 }
 
-/// A snapshot of the engine's gauges and counters (`fairq_get_stats`). Counters only grow.
+/// The engine's gauges and counters (`fairq_get_stats`, which says what a read guarantees).
+/// Counters only grow; gauges stay within their bounds.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairq_stats {
@@ -266,7 +286,8 @@ pub struct fairq_stats {
     pub queued: u64,
     /// Grants out now.
     pub in_flight: u64,
-    /// Tenants with queued or in-flight requests now.
+    /// Tenants holding a slot now (with queued or in-flight requests); see `fairq_get_stats`
+    /// for its bound.
     pub tenants: u64,
     /// Requests accepted into a queue (each ticket once).
     pub enqueued: u64,
@@ -284,8 +305,8 @@ pub struct fairq_stats {
     /// Tickets ended because a requeue did not fit.
     pub refused_after_wait: u64,
     /// All refusals, on arrival and after waiting, indexed by reason code (`FAIRQ_REASON_*`);
-    /// index 0 and unused codes stay 0. Conservation: `enqueued == queued + in_flight +
-    /// completed + cancelled + expired + refused_after_wait`.
+    /// index 0 and unused codes stay 0. Conservation, once no call is running:
+    /// `enqueued == queued + in_flight + completed + cancelled + expired + refused_after_wait`.
     pub refused: [u64; FAIRQ_REASON_SLOTS],
 }
 
@@ -336,7 +357,8 @@ pub struct fairq_identity {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairq_weight_entry {
-    /// The tenant (`fairq_tenant_key` of its raw identifier).
+    /// The tenant (`fairq_tenant_key` of its raw identifier); 0 names no tenant and makes
+    /// `fairq_replace_weights` fail with `FAIRQ_ERR_INVALID_ARGUMENT`.
     pub tenant_key: u64,
     /// Its weight, 1..=10000.
     pub weight: u32,

@@ -33,6 +33,19 @@ pub fn compile(source: &str, name: &str, defines: &[&str]) -> PathBuf {
 /// [`compile`] against the static library `lib`.
 pub fn compile_with(source: &str, name: &str, defines: &[&str], lib: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    compile_with_include(source, name, defines, &root.join("include"), lib)
+}
+
+/// [`compile_with`], finding `fairq.h` in `include`; `lib` may also be a `libfairq.so`, which
+/// the program then loads at run time.
+pub fn compile_with_include(
+    source: &str,
+    name: &str,
+    defines: &[&str],
+    include: &Path,
+    lib: &Path,
+) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let status = Command::new(&cc)
@@ -46,13 +59,28 @@ pub fn compile_with(source: &str, name: &str, defines: &[&str], lib: &Path) -> P
         ])
         .args(defines)
         .arg("-I")
-        .arg(root.join("include"))
+        .arg(include)
         .arg(root.join(source))
-        .arg(lib)
+        .args(link_args(lib))
         .args(["-lpthread", "-ldl", "-lm", "-o"])
         .arg(&out)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
     assert!(status.success(), "{cc} failed on {source}");
     out
+}
+
+/// `lib` as linker arguments: a library file as is; a shared library (`.so`) as `-L DIR
+/// -lfairq` plus an rpath, so the program loads that very file.
+fn link_args(lib: &Path) -> Vec<std::ffi::OsString> {
+    if lib.extension().is_some_and(|e| e == "so") {
+        let dir = lib.parent().expect("library directory");
+        return vec![
+            "-L".into(),
+            dir.into(),
+            "-lfairq".into(),
+            format!("-Wl,-rpath,{}", dir.display()).into(),
+        ];
+    }
+    vec![lib.into()]
 }
