@@ -279,7 +279,8 @@ func queueDimension(d TenantDimension) Dimension {
 // Middleware wraps next: each request is queued under its tenant, waits for its grant (or is
 // answered 429), and runs next holding its permit, which goes back when next returns. A client
 // that goes away while its request waits cancels it; so that net/http notices, the body of a
-// waiting request is read meanwhile, and next reads it from memory.
+// waiting request is read meanwhile (up to 1 MiB ahead), and next reads it through the
+// middleware.
 func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q.opts.MetricsPath != "" && r.URL.Path == q.opts.MetricsPath && r.Method == http.MethodGet {
@@ -319,14 +320,19 @@ func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 		defer timer.Stop()
 		budgetOut := timer.C
 		body := readBody(r)
+		defer body.stop()
+		var bodyDone <-chan error
+		if body != nil {
+			bodyDone = body.done
+		}
 		for {
 			select {
 			case <-r.Context().Done():
 				q.abandon(id, res.Ticket, ch)
 				return
-			case body.err = <-body.done:
-				body.done = nil
-				if body.err != nil { // the client went away in the middle of its body
+			case err := <-bodyDone:
+				bodyDone = nil
+				if err != nil { // the client went away in the middle of its body
 					q.abandon(id, res.Ticket, ch)
 					return
 				}
@@ -365,60 +371,115 @@ func (q *HTTPQueue) Middleware(next http.Handler) http.Handler {
 						return
 					}
 				}
-				if !body.wait(r) {
+				if body.stop() { // the client left in the middle of its body
 					_ = q.engine.Cancel(ev.grant.Ticket)
 					q.kick()
 					return
 				}
-				q.serveGranted(w, r, next, ev.grant)
+				q.serveGranted(w, r, next, ev.grant, body)
 				return
 			}
 		}
 	})
 }
 
+// bodyAhead is how much of a waiting request's body the middleware reads ahead of its handler.
+const bodyAhead = 1 << 20
+
 // bodyReader reads a waiting request's body. net/http watches a connection for a client that
-// hangs up only once the handler has read the request body to its end, so a request with a body
-// would otherwise not notice its client leave while it waits; a read error means the client left
-// in the middle of sending it. The handler then reads the body from memory.
+// hangs up only once the request body has been read to its end, so a waiting request with a body
+// would otherwise not notice its client leave; a read error means the client left in the middle
+// of sending it. Up to bodyAhead bytes are read ahead; past that the read pauses (a client that
+// leaves meanwhile is noticed by the handler's read, or when the budget ends). At the grant the
+// read ahead stops after its current read: the handler gets what was read, then reads the body
+// itself, so a large body streams to it as it would without the middleware.
 type bodyReader struct {
-	has  bool
-	done chan error // the read's outcome; nil once taken (or without a body)
-	err  error
-	buf  bytes.Buffer
+	src     io.ReadCloser
+	mu      sync.Mutex
+	cond    *sync.Cond
+	buf     bytes.Buffer
+	err     error // the read ahead's end: io.EOF or the read's error
+	stopped bool  // the read ahead starts no new read
+	reading bool  // the read ahead is inside src.Read
+	// done receives the read's outcome when it ends (nil at the body's end); nil without a body.
+	done chan error
 }
 
+// readBody starts reading r's body ahead; nil when r has none.
 func readBody(r *http.Request) *bodyReader {
-	b := &bodyReader{has: r.Body != nil && r.Body != http.NoBody}
-	if b.has {
-		b.done = make(chan error, 1)
-		go func() {
-			_, err := b.buf.ReadFrom(r.Body)
-			b.done <- err
-		}()
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
 	}
+	b := &bodyReader{src: r.Body, done: make(chan error, 1)}
+	b.cond = sync.NewCond(&b.mu)
+	go func() {
+		chunk := make([]byte, 32<<10)
+		for {
+			b.mu.Lock()
+			for !b.stopped && b.buf.Len() >= bodyAhead {
+				b.cond.Wait()
+			}
+			if b.stopped {
+				b.mu.Unlock()
+				return
+			}
+			b.reading = true
+			b.mu.Unlock()
+			n, err := b.src.Read(chunk)
+			b.mu.Lock()
+			b.reading = false
+			b.buf.Write(chunk[:n])
+			if err != nil {
+				b.err = err
+			}
+			b.cond.Broadcast()
+			b.mu.Unlock()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				b.done <- err
+				return
+			}
+		}
+	}()
 	return b
 }
 
-// wait finishes the read (when the grant came first) and hands the body to the request; false
-// when the body could not be read (the client left).
-func (b *bodyReader) wait(r *http.Request) bool {
-	if !b.has {
-		return true
-	}
-	if b.done != nil {
-		select {
-		case b.err = <-b.done:
-			b.done = nil
-		case <-r.Context().Done():
-			return false
-		}
-	}
-	if b.err != nil {
+// stop ends the read ahead after its current read, and says whether the read failed (the client
+// left in the middle of its body).
+func (b *bodyReader) stop() (failed bool) {
+	if b == nil {
 		return false
 	}
-	r.Body = io.NopCloser(&b.buf)
-	return true
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopped = true
+	b.cond.Broadcast()
+	return b.err != nil && b.err != io.EOF
+}
+
+// Read hands the handler what was read ahead, then reads the body itself.
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	for b.buf.Len() == 0 && b.err == nil && b.reading {
+		b.cond.Wait()
+	}
+	if b.buf.Len() > 0 {
+		n, _ := b.buf.Read(p)
+		b.mu.Unlock()
+		return n, nil
+	}
+	err := b.err
+	b.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return b.src.Read(p) // stopped and not reading: the read ahead is over
+}
+
+func (b *bodyReader) Close() error {
+	return b.src.Close()
 }
 
 func nonNegative(d time.Duration) uint64 {
@@ -430,7 +491,10 @@ func nonNegative(d time.Duration) uint64 {
 
 // serveGranted runs next with the permit held; it goes back when next returns (the response has
 // ended), or panics.
-func (q *HTTPQueue) serveGranted(w http.ResponseWriter, r *http.Request, next http.Handler, g Grant) {
+// serveGranted runs next holding g's permit. body (when the request has one) replaces the
+// body in the request next sees; the server's own request keeps its body, which it inspects
+// when the response starts.
+func (q *HTTPQueue) serveGranted(w http.ResponseWriter, r *http.Request, next http.Handler, g Grant, body *bodyReader) {
 	defer func() {
 		_, _ = q.engine.Complete(g.Ticket, true, 0)
 		q.kick()
@@ -445,7 +509,11 @@ func (q *HTTPQueue) serveGranted(w http.ResponseWriter, r *http.Request, next ht
 	h.Set("X-Fair-Queue-Position", strconv.FormatUint(uint64(a.Position), 10))
 	h.Set("X-Fair-Queue-Wait-Ms", strconv.FormatInt(a.Waited.Milliseconds(), 10))
 	h.Set("X-Fair-Queue-Estimated-Wait-Ms", strconv.FormatInt(a.EstimatedWait.Milliseconds(), 10))
-	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admissionKey{}, a)))
+	r = r.WithContext(context.WithValue(r.Context(), admissionKey{}, a))
+	if body != nil {
+		r.Body = body // on the copy WithContext made
+	}
+	next.ServeHTTP(w, r)
 }
 
 // writeRefusal answers 429 with Retry-After (whole seconds, at least 1: the longer of the

@@ -31,8 +31,8 @@ admitted through the queue carries ``x-fair-queue-position``, ``x-fair-queue-wai
 ``x-fair-queue-estimated-wait-ms``, and the app finds an ``Admission`` in
 ``scope["fair_queue"]``.
 
-While a request waits, the body its client sends is read (to notice a disconnect) and handed to
-the app unchanged once it is admitted.
+While a request waits, the body its client sends is read (to notice a disconnect), up to 1 MiB
+ahead of the app, and handed to the app unchanged once it is admitted.
 """
 
 import asyncio
@@ -265,10 +265,13 @@ class FairQueue:
                     remaining = None
                     if deadline is not None:
                         remaining = max(0.0, (deadline - fairq.now_ns()) / 1e9)
-                    done, _ = await asyncio.wait({future, listener.task}, timeout=remaining,
+                    waits = {future} if listener.paused else {future, listener.task}
+                    done, _ = await asyncio.wait(waits, timeout=remaining,
                                                  return_when=asyncio.FIRST_COMPLETED)
-                if listener.task in done:
+                if listener.task in done and not listener.paused:
                     return  # the client went away: `finally` cancels
+                if done and future not in done:
+                    continue  # the listener paused its read: wait on for the grant
                 if not done:
                     if fairq.now_ns() < deadline:
                         continue  # the loop's timer fired a little early
@@ -352,23 +355,33 @@ class FairQueue:
 
 class _DisconnectListener:
     """Reads the request's messages while it waits: an ``http.disconnect`` ends the wait, the
-    body is kept for the app."""
+    body is kept for the app. Past ``BODY_AHEAD`` bytes of body it stops reading (``paused``):
+    the app reads the rest itself, and a client that leaves meanwhile is noticed by the app's
+    read or when the budget ends."""
+
+    BODY_AHEAD = 1 << 20
 
     def __init__(self, receive):
         self.messages = []
         self.receive = receive
         self.task = None
+        self.paused = False
 
     def start(self):
         if self.task is None:
             self.task = asyncio.ensure_future(self._listen(self.receive))
 
     async def _listen(self, receive):
+        kept = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
             self.messages.append(message)
+            kept += len(message.get("body", b""))
+            if kept >= self.BODY_AHEAD and message.get("more_body", False):
+                self.paused = True
+                return
 
     def stop(self):
         if self.task is not None:

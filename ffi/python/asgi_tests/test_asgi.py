@@ -253,8 +253,10 @@ class Refusals:
                         s = stats["engine"]
                         self.assertEqual((s["queued"], s["in_flight"]), (0, 4))
                         self.assertEqual(stats["waiting"], 0)
-                    # A body read while its request waits reaches the app whole.
-                    data = b"x" * 100_000
+                    # A body read while its request waits reaches the app whole and in order:
+                    # one larger than the middleware reads ahead, so the app reads its end itself.
+                    size = 3 * (1 << 20) + 12345  # the middleware reads 1 MiB ahead
+                    data = (bytes(range(251)) * (size // 251 + 1))[:size]
                     posted = asyncio.ensure_future(
                         c.post(server.url + "/echo", data=data, headers={"x-tenant": "poster"}))
                     await server.wait_for_async("queued", lambda s: s["queued"] == 1)
