@@ -23,7 +23,7 @@
  *   x-fair-queue-wait-ms and a JSON body naming the tenant dimension, reason, position and wait.
  *
  * Scope: one engine per worker process, built in init_process. Fairness is exact inside a
- * worker and approximate across workers (as across replicas in seed 000); fairq_max_in_flight
+ * worker and approximate across workers (as across replicas); fairq_max_in_flight
  * is a per-worker bound. Everything here runs on the worker's event loop thread, so the ctx
  * pointers handed to the engine as user_data are only ever read back on that thread, and every
  * ctx cancels or completes its ticket before its pool goes away.
