@@ -137,11 +137,31 @@ fn timed<C: Contender>(prepared: &Prepared<C>, threads: usize, options: &Options
 fn measure_named(name: &str, tenants: &[(u64, u32)], threads: usize, options: &Options) -> f64 {
     let t = tenants.to_vec();
     match name {
-        "fairq" => timed(&Prepared::<Fairq>::with_tenants(t, threads), threads, options),
-        "fairq_lean" => timed(&Prepared::<FairqLean>::with_tenants(t, threads), threads, options),
-        "floor" => timed(&Prepared::<Floor>::with_tenants(t, threads), threads, options),
-        "mutex_swrr" => timed(&Prepared::<MutexSwrr>::with_tenants(t, threads), threads, options),
-        _ => timed(&Prepared::<FirqCore>::with_tenants(t, threads), threads, options),
+        "fairq" => timed(
+            &Prepared::<Fairq>::with_tenants(t, threads),
+            threads,
+            options,
+        ),
+        "fairq_lean" => timed(
+            &Prepared::<FairqLean>::with_tenants(t, threads),
+            threads,
+            options,
+        ),
+        "floor" => timed(
+            &Prepared::<Floor>::with_tenants(t, threads),
+            threads,
+            options,
+        ),
+        "mutex_swrr" => timed(
+            &Prepared::<MutexSwrr>::with_tenants(t, threads),
+            threads,
+            options,
+        ),
+        _ => timed(
+            &Prepared::<FirqCore>::with_tenants(t, threads),
+            threads,
+            options,
+        ),
     }
 }
 
@@ -261,8 +281,7 @@ fn table_rows(rows: &[Row], options: &Options) -> Vec<TableRow> {
     let mut out = Vec::new();
     for &threads in &options.threads {
         for &tenants in &options.tenants {
-            let [fairq, lean, floor, mutex, firq] =
-                IMPLS.map(|n| get(n, tenants, threads));
+            let [fairq, lean, floor, mutex, firq] = IMPLS.map(|n| get(n, tenants, threads));
             let ratios = [ratio(fairq, floor), ratio(mutex, fairq), ratio(firq, fairq)];
             out.push((threads, tenants, [fairq, lean, floor, mutex, firq], ratios));
         }

@@ -1,8 +1,9 @@
 //! Model 1: the in-flight permit counter.
 //!
-//! Three granters race `next_grant` for one permit and two ready tickets; each ends what it got
-//! (two by `complete`, one by `cancel`). A granter that finds nothing ready gives its permit back
-//! on the way out. Like tokio's `loom_semaphore_batch`, every holder of a grant bumps an `active`
+//! Two granters race `next_grant` for one permit and two ready tickets; each ends what it got
+//! (one by `complete`, one by `cancel`). A granter takes the permit only for a head it is about
+//! to grant, with one CAS that checks the bound. (A third granter multiplies the interleavings
+//! of the pick past what loom explores in minutes; it adds no new way to take a permit.) Like tokio's `loom_semaphore_batch`, every holder of a grant bumps an `active`
 //! counter and asserts it never exceeds the permit count, and reads `stats().in_flight` (never
 //! above the bound, never 0 while it holds a grant; `release_permit` itself asserts the count
 //! never goes below 0). After every ticket has ended the count is back at 0, and a later grant
@@ -52,18 +53,13 @@ fn permits_model() {
     enqueue(&engine, &request(tenant_a()), 0);
     enqueue(&engine, &request(tenant_b()), 0);
 
-    let granters: Vec<_> = [false, true]
-        .into_iter()
-        .map(|cancel| {
-            let engine = Arc::clone(&engine);
-            let active = Arc::clone(&active);
-            thread::spawn(move || grant_and_end(&engine, &active, cancel, 1))
-        })
-        .collect();
+    let granter = {
+        let engine = Arc::clone(&engine);
+        let active = Arc::clone(&active);
+        thread::spawn(move || grant_and_end(&engine, &active, true, 1))
+    };
     grant_and_end(&engine, &active, false, 1);
-    for granter in granters {
-        granter.join().unwrap();
-    }
+    granter.join().unwrap();
 
     // Drain what is left (a ticket no granter got a permit for).
     loop {
@@ -82,7 +78,10 @@ fn permits_model() {
         stats.in_flight, 0,
         "a permit was lost or doubled: {stats:?}"
     );
-    assert_eq!(stats.queued, 0, "{stats:?}");
+    assert_eq!(
+        stats.queued, 0,
+        "the queued and in-flight counts do not add up: {stats:?}"
+    );
     assert_eq!(
         stats.enqueued,
         stats.ended(),

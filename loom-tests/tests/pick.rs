@@ -10,7 +10,7 @@
 //! steps singly.
 #![cfg(loom)]
 
-use fairq::{Engine, NextGrant};
+use fairq::{Engine, NextGrant, Outcome};
 use fairq_loom_tests::{check, enqueue, request, tenant_a, tenant_b, tiny_config};
 use loom::sync::Arc;
 use loom::thread;
@@ -110,28 +110,52 @@ fn broken_pick_is_caught() {
     });
 }
 
-/// A class becomes ready while another thread computes a batch of picks. The batch computer
+/// Two classes become ready while another thread computes a batch of picks. The batch computer
 /// must not record the new epoch with the old (empty) ready set: that batch of length 0 would
-/// answer every later pick `Empty` while a tenant waits. After both threads, the request is
-/// granted exactly once, by the racing granter or by the next call.
+/// answer every later pick `Empty` while requests wait. (Two classes, because a pick with a sole
+/// ready class reads the ready counts directly and never consults the batch.) After both
+/// threads, each request is granted exactly once, by the racing granter or by later calls.
 fn ready_during_batch_model() {
     let engine = Arc::new(Engine::new(tiny_config()).unwrap());
+    engine.set_weight_key(tenant_b(), 2).unwrap();
     let enqueuer = {
         let engine = Arc::clone(&engine);
-        thread::spawn(move || enqueue(&engine, &request(tenant_a()), 0))
+        thread::spawn(move || {
+            [
+                enqueue(&engine, &request(tenant_a()), 0),
+                enqueue(&engine, &request(tenant_b()), 0),
+            ]
+        })
     };
     let racing = engine.next_grant_at(1);
-    let ticket = enqueuer.join().unwrap();
-    let granted = match racing {
-        NextGrant::Granted(g) => g,
-        NextGrant::Empty => match engine.next_grant_at(2) {
-            NextGrant::Granted(g) => g,
-            other => panic!("a queued request is stuck: {other:?}, {:?}", engine.stats()),
-        },
+    let tickets = enqueuer.join().unwrap();
+    let mut granted = Vec::new();
+    match racing {
+        NextGrant::Granted(g) => {
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, 1)
+                .unwrap();
+            granted.push(g.ticket);
+        }
+        NextGrant::Empty => {}
         other => panic!("unexpected {other:?}"),
-    };
-    assert_eq!(granted.ticket, ticket);
-    assert_eq!(engine.stats().granted, 1);
+    }
+    while granted.len() < tickets.len() {
+        match engine.next_grant_at(2) {
+            NextGrant::Granted(g) => {
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 2)
+                    .unwrap();
+                granted.push(g.ticket);
+            }
+            other => panic!("a queued request is stuck: {other:?}, {:?}", engine.stats()),
+        }
+    }
+    granted.sort_by_key(|t| t.0);
+    let mut expected = tickets.to_vec();
+    expected.sort_by_key(|t| t.0);
+    assert_eq!(granted, expected);
+    assert_eq!(engine.stats().granted, 2);
 }
 
 #[test]
