@@ -6,17 +6,21 @@
 //! combination of good and bad pointers (NULL where one is required, misaligned wherever the
 //! type's alignment allows) and of good and bad values, and checks:
 //! - the status is the first failed check's, in the order the header documents: the engine
-//!   handle (`FAIRQ_ERR_NULL`, `FAIRQ_ERR_INVALID_HANDLE`), then the other pointers in argument
-//!   order (`FAIRQ_ERR_NULL`, `FAIRQ_ERR_INVALID_ARGUMENT`), then values, then the engine's own
-//!   answer;
-//! - on an error nothing changed: the engine's stats, weights, enabled flag and wake-up are the
-//!   same, no good out-parameter was written, and nothing was written through the misaligned
+//!   handle, or the builder handle of `fairq_engine_builder_*` (`FAIRQ_ERR_NULL`,
+//!   `FAIRQ_ERR_INVALID_HANDLE`), then the other pointers in argument order (`FAIRQ_ERR_NULL`,
+//!   `FAIRQ_ERR_INVALID_ARGUMENT`), then values, then the engine's own answer;
+//! - on an error nothing changed: the engine's stats, weights, enabled flag, wake-up, tier and
+//!   pools are the same (for the builder's exports, so are the builder's message, except that a
+//!   rejected setter leaves one, and the pools, tiers and Prometheus text of an engine it
+//!   builds), no good out-parameter was written, and nothing was written through the misaligned
 //!   pointer.
 //!
 //! Run under Miri too (`cargo +nightly miri test -p fairq --test ffi_pointers`), which reports
 //! any read or write through a misaligned pointer as undefined behaviour. Miri runs the cases
 //! with at most one bad pointer (each pointer NULL and misaligned, with good and bad values);
-//! the native run adds every combination of several bad pointers, for the precedence.
+//! the native run adds every combination of several bad pointers, for the precedence, and
+//! compares an engine each builder builds, which Miri is slow to build and render (there, the
+//! builder's exports compare its message only).
 
 use std::cell::{RefCell, UnsafeCell};
 use std::collections::BTreeMap;
@@ -33,6 +37,9 @@ use fairq::ffi::*;
 enum Kind {
     /// The engine handle: NULL → `FAIRQ_ERR_NULL`, misaligned → `FAIRQ_ERR_INVALID_HANDLE`.
     Handle,
+    /// The builder handle, checked as the engine handle is (and `fairq_engine_builder_free`
+    /// ignores a NULL or misaligned one).
+    Builder,
     /// NULL → `FAIRQ_ERR_NULL`, misaligned → `FAIRQ_ERR_INVALID_ARGUMENT`.
     Required,
     /// NULL is allowed (not wanted, or a no-op); misaligned → `FAIRQ_ERR_INVALID_ARGUMENT`.
@@ -118,8 +125,11 @@ impl Slot {
     }
 }
 
-/// A live engine in a known state, the inputs a call needs, and poisoned out-parameters.
+/// A live builder and an engine it built (a tier, two bulkhead pools, load shedding, the
+/// feedback controller), the engine in a known state, the inputs a call needs, and poisoned
+/// out-parameters.
 struct Fixture {
+    builder: *mut fairq_engine_builder,
     engine: *mut fairq_engine,
     key: u64,
     /// Granted: completing it would end it.
@@ -139,6 +149,11 @@ const NOW: u64 = 1_000_000_000;
 /// Room for the metrics text of the fixture's engine (the good call checks it fits).
 const TEXT: usize = 1 << 15;
 const BAD_UTF8: &[u8] = b"\xff\xfe";
+/// The fixture's tier and its weight.
+const TIER: &str = "gold";
+const TIER_WEIGHT: u32 = 5;
+/// The fixture's bulkhead pools and their bounds; `POOLS.len()` names no pool.
+const POOLS: [u32; 2] = [2, 1];
 
 fn config() -> fairq_config {
     let mut c = std::mem::MaybeUninit::<fairq_config>::uninit();
@@ -164,16 +179,49 @@ fn request(key: u64) -> fairq_request {
     }
 }
 
+/// A builder with every control the fixture's engine has.
+fn builder(config: &fairq_config) -> *mut fairq_engine_builder {
+    let mut builder = null_mut();
+    let mut pool = u32::MAX;
+    // SAFETY: valid pointers to locals and constants; a live builder.
+    unsafe {
+        assert_eq!(
+            fairq_engine_builder_new(config, &mut builder, null_mut(), 0),
+            FAIRQ_OK
+        );
+        let tier = TIER.as_ptr().cast();
+        let status = fairq_engine_builder_add_tier(builder, tier, TIER.len(), TIER_WEIGHT);
+        assert_eq!(status, FAIRQ_OK);
+        for (i, max) in POOLS.into_iter().enumerate() {
+            assert_eq!(
+                fairq_engine_builder_add_pool(builder, max, &mut pool),
+                FAIRQ_OK
+            );
+            assert_eq!(pool as usize, i);
+        }
+        assert_eq!(
+            fairq_engine_builder_set_shedding(builder, 50, 1000, 1),
+            FAIRQ_OK
+        );
+        assert_eq!(
+            fairq_engine_builder_set_feedback(builder, 60_000, 50, 200),
+            FAIRQ_OK
+        );
+    }
+    builder
+}
+
 impl Fixture {
     fn new() -> Fixture {
         let config = config();
+        let builder = builder(&config);
         let mut engine = null_mut();
         let mut key = 0u64;
         let mut result = fairq_enqueue_result::default();
         let mut grant = fairq_grant::default();
-        // SAFETY: valid pointers to locals; a live engine.
+        // SAFETY: valid pointers to locals; a live builder and engine.
         let (granted, queued) = unsafe {
-            assert_eq!(fairq_engine_new(&config, &mut engine), FAIRQ_OK);
+            assert_eq!(fairq_engine_builder_build(builder, &mut engine), FAIRQ_OK);
             assert_eq!(fairq_tenant_key(c"a".as_ptr(), 1, &mut key), FAIRQ_OK);
             let r = request(key);
             assert_eq!(fairq_enqueue_at(engine, &r, NOW, &mut result), FAIRQ_QUEUED);
@@ -184,6 +232,7 @@ impl Fixture {
             (granted, result.ticket)
         };
         Fixture {
+            builder,
             engine,
             key,
             granted,
@@ -215,12 +264,16 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        // SAFETY: the fixture's own engine (or NULL once a call freed it).
-        unsafe { fairq_engine_free(self.engine) };
+        // SAFETY: the fixture's own engine and builder (or NULL once a call freed them).
+        unsafe {
+            fairq_engine_free(self.engine);
+            fairq_engine_builder_free(self.builder);
+        }
     }
 }
 
-/// What a test can observe of an engine without changing it.
+/// What a test can observe of an engine (and, for the builder's exports, of the builder)
+/// without changing it.
 #[derive(Debug, PartialEq)]
 struct Observed {
     stats: fairq_stats,
@@ -228,12 +281,145 @@ struct Observed {
     weight_x: u32,
     enabled: bool,
     wakeup: (i32, u64),
+    tier_weight: (i32, u32),
+    pool_count: u32,
+    /// Each pool, and one past the last pool.
+    pools: Vec<PoolSeen>,
+    builder: Option<ObservedBuilder>,
 }
 
-fn observe(f: &Fixture) -> Observed {
+/// What shows of a builder: its message, and an engine it builds.
+#[derive(Debug, PartialEq)]
+struct ObservedBuilder {
+    message: String,
+    /// The built engine's pools (count, bounds), tier weights ("silver" is the one
+    /// `fairq_engine_builder_add_tier` adds), and Prometheus text, which shows whether the
+    /// starvation guard, the wait boost, load shedding and the indicators are on.
+    pools: Vec<u32>,
+    tiers: [(i32, u32); 2],
+    metrics: String,
+}
+
+impl Observed {
+    /// The parts that differ, before -> after (the whole would be pages of metrics text).
+    fn differences(&self, after: &Observed) -> String {
+        let mut out = Vec::new();
+        let mut field = |name: &str, b: &dyn std::fmt::Debug, a: &dyn std::fmt::Debug| {
+            let (b, a) = (format!("{b:?}"), format!("{a:?}"));
+            if b != a {
+                out.push(format!("{name}: {b} -> {a}"));
+            }
+        };
+        let (b, a) = (self, after);
+        field("stats", &b.stats, &a.stats);
+        field("weight", &b.weight, &a.weight);
+        field("weight_x", &b.weight_x, &a.weight_x);
+        field("enabled", &b.enabled, &a.enabled);
+        field("wakeup", &b.wakeup, &a.wakeup);
+        field("tier_weight", &b.tier_weight, &a.tier_weight);
+        field("pool_count", &b.pool_count, &a.pool_count);
+        field("pools", &b.pools, &a.pools);
+        if let (Some(b), Some(a)) = (&b.builder, &a.builder) {
+            field("builder message", &b.message, &a.message);
+            field("builder pools", &b.pools, &a.pools);
+            field("builder tiers", &b.tiers, &a.tiers);
+            let lines = |t: &str| t.lines().map(str::to_string).collect::<Vec<_>>();
+            let (lb, la) = (lines(&b.metrics), lines(&a.metrics));
+            let gone: Vec<_> = lb.iter().filter(|l| !la.contains(l)).collect();
+            let new: Vec<_> = la.iter().filter(|l| !lb.contains(l)).collect();
+            if !gone.is_empty() || !new.is_empty() {
+                out.push(format!("builder metrics: -{gone:?} +{new:?}"));
+            }
+        }
+        out.join("; ")
+    }
+}
+
+/// A pool's `fairq_pool_get_stats` status and stats, and `fairq_pool_get_shedding` status and
+/// stage (the error ratio as bits: it may be NaN).
+type PoolSeen = (i32, fairq_pool_stats, i32, [u64; 6]);
+
+fn observe_pools(engine: *mut fairq_engine) -> (u32, Vec<PoolSeen>) {
+    let mut count = 0;
+    // SAFETY: a live engine and local out-pointers.
+    unsafe {
+        assert_eq!(fairq_pool_count(engine, &mut count), FAIRQ_OK);
+        let pools = (0..=count)
+            .map(|i| {
+                let mut stats = fairq_pool_stats::default();
+                let mut shed = fairq_pool_shedding::default();
+                let s1 = fairq_pool_get_stats(engine, i, &mut stats);
+                let s2 = fairq_pool_get_shedding(engine, i, &mut shed);
+                let shed = [
+                    shed.last_error_ratio.to_bits(),
+                    shed.cuts,
+                    shed.reports_ok,
+                    shed.reports_error,
+                    u64::from(shed.limit),
+                    u64::from(shed.shedding),
+                ];
+                (s1, stats, s2, shed)
+            })
+            .collect();
+        (count, pools)
+    }
+}
+
+fn tier_weight(engine: *mut fairq_engine, tier: &str) -> (i32, u32) {
+    let mut weight = 0;
+    // SAFETY: a live engine, a string and a local out-pointer.
+    let status =
+        unsafe { fairq_tier_weight(engine, tier.as_ptr().cast(), tier.len(), &mut weight) };
+    (status, weight)
+}
+
+/// Whether to compare an engine each builder builds (its pools, tiers and Prometheus text):
+/// natively only, as Miri takes seconds to build and render it, and what Miri looks for (a read
+/// or write through a bad pointer) does not depend on it.
+const BUILT_ENGINE: bool = !cfg!(miri);
+
+fn observe_builder(builder: *mut fairq_engine_builder) -> ObservedBuilder {
+    let mut message_needed = 0;
+    let mut message = [0u8; 256];
+    // SAFETY: a live builder, a local buffer and out-pointer.
+    let status = unsafe {
+        let buf = message.as_mut_ptr().cast();
+        fairq_engine_builder_message(builder, buf, message.len(), &mut message_needed)
+    };
+    assert_eq!(status, FAIRQ_OK);
+    let mut seen = ObservedBuilder {
+        message: String::from_utf8(message[..message_needed - 1].to_vec()).expect("UTF-8"),
+        pools: Vec::new(),
+        tiers: [(0, 0); 2],
+        metrics: String::new(),
+    };
+    if !BUILT_ENGINE {
+        return seen;
+    }
+    let mut engine = null_mut();
+    let mut needed = 0;
+    let mut text = vec![0u8; TEXT];
+    // SAFETY: a live builder, local buffers and out-pointers; the engine is freed here.
+    unsafe {
+        assert_eq!(fairq_engine_builder_build(builder, &mut engine), FAIRQ_OK);
+        let (count, pools) = observe_pools(engine);
+        assert_eq!(pools.len(), count as usize + 1);
+        seen.pools = pools.iter().map(|p| p.1.max_in_flight).collect();
+        seen.tiers = [tier_weight(engine, TIER), tier_weight(engine, "silver")];
+        let buf = text.as_mut_ptr().cast();
+        let status = fairq_metrics_prometheus(engine, buf, text.len(), &mut needed);
+        fairq_engine_free(engine);
+        assert_eq!(status, FAIRQ_OK);
+    }
+    seen.metrics = String::from_utf8(text[..needed - 1].to_vec()).expect("UTF-8");
+    seen
+}
+
+fn observe(f: &Fixture, with_builder: bool) -> Observed {
     let mut stats = fairq_stats::default();
     let (mut weight, mut weight_x, mut enabled, mut wakeup) = (0, 0, false, 0);
     let mut key_x = 0;
+    let (pool_count, pools) = observe_pools(f.engine);
     // SAFETY: the fixture's live engine and local out-pointers.
     unsafe {
         assert_eq!(fairq_get_stats(f.engine, &mut stats), FAIRQ_OK);
@@ -248,6 +434,10 @@ fn observe(f: &Fixture) -> Observed {
             weight_x,
             enabled,
             wakeup: (status, wakeup),
+            tier_weight: tier_weight(f.engine, TIER),
+            pool_count,
+            pools,
+            builder: with_builder.then(|| observe_builder(f.builder)),
         }
     }
 }
@@ -262,6 +452,9 @@ struct Export {
     call: fn(&mut Fixture, &Args) -> Option<i32>,
 }
 
+/// Entries of `fairq_indicators` the out-parameter slot holds.
+const TOP_CAP: usize = 512 / std::mem::size_of::<fairq_indicators>();
+
 /// The engine handle, good or bad. A misaligned one points into the live engine itself, so a
 /// read through it would be a read of real memory at the wrong alignment (Miri reports it).
 fn handle(f: &Fixture, a: &Args) -> *mut fairq_engine {
@@ -275,8 +468,22 @@ fn handle(f: &Fixture, a: &Args) -> *mut fairq_engine {
     }
 }
 
+/// The builder handle, good or bad: as [`handle`], a misaligned one points into the live
+/// builder.
+fn builder_handle(f: &Fixture, a: &Args) -> *mut fairq_engine_builder {
+    a.aligns
+        .borrow_mut()
+        .insert(0, std::mem::align_of::<*mut fairq_engine_builder>());
+    match a.modes[0] {
+        None => f.builder,
+        Some(Bad::Null) => null_mut(),
+        Some(Bad::Misaligned) => f.builder.cast::<u8>().wrapping_add(1).cast(),
+    }
+}
+
 const STATUS_ONLY: &[(&str, Kind)] = &[];
 const ENGINE_ONLY: &[(&str, Kind)] = &[("engine", Handle)];
+const BUILDER_ONLY: &[(&str, Kind)] = &[("builder", Builder)];
 
 fn exports() -> Vec<Export> {
     // Every closure: `a.ptr(i, ..)` for pointer argument `i`, in header order.
@@ -676,6 +883,330 @@ fn exports() -> Vec<Export> {
                 Some(unsafe { fairq_tick_at(handle(f, a), NOW, out) })
             },
         },
+        Export {
+            name: "fairq_engine_builder_new",
+            pointers: &[
+                ("config", Required),
+                ("builder_out", Required),
+                ("buf", Optional),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let mut config = f.config;
+                config.queue_capacity = a.val(config.queue_capacity, 0);
+                let out = a.mut_ptr(1, f.outs[0].out::<*mut fairq_engine_builder>());
+                let buf = a.mut_ptr(2, f.outs[1].out::<c_char>());
+                // The message is written on INVALID_CONFIG only (as `fairq_config_check`).
+                let len = if a.bad_values { 0 } else { 64 };
+                let status = unsafe { fairq_engine_builder_new(a.ptr(0, &config), out, buf, len) };
+                if status == FAIRQ_OK {
+                    // Not the fixture's builder: free it, and poison its slot again.
+                    unsafe { fairq_engine_builder_free(out.read()) };
+                    f.outs[0] = Slot::poisoned();
+                }
+                Some(status)
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_free",
+            pointers: BUILDER_ONLY,
+            bad_values: None,
+            call: |f, a| {
+                let builder = builder_handle(f, a);
+                unsafe { fairq_engine_builder_free(builder) };
+                if builder == f.builder {
+                    f.builder = null_mut(); // freed: the fixture must not free it again
+                }
+                None
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_message",
+            pointers: &[
+                ("builder", Builder),
+                ("buf", Required),
+                ("needed", Optional),
+            ],
+            bad_values: None,
+            call: |f, a| {
+                let builder = builder_handle(f, a);
+                let buf = a.mut_ptr(1, f.outs[0].out::<c_char>());
+                let needed = a.mut_ptr(2, f.outs[1].out::<usize>());
+                Some(unsafe { fairq_engine_builder_message(builder, buf, 64, needed) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_add_tier",
+            pointers: &[("builder", Builder), ("name", Required)],
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let name = a.val(&b"silver"[..], BAD_UTF8);
+                let builder = builder_handle(f, a);
+                let ptr = a.ptr(1, name.as_ptr().cast::<c_char>());
+                Some(unsafe { fairq_engine_builder_add_tier(builder, ptr, name.len(), 3) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_starvation_guard",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let share = a.val(10, 99);
+                let builder = builder_handle(f, a);
+                Some(unsafe { fairq_engine_builder_set_starvation_guard(builder, 60, share) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_wait_boost",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let after_ms = a.val(1000, 5);
+                let builder = builder_handle(f, a);
+                Some(unsafe { fairq_engine_builder_set_wait_boost(builder, after_ms, 4) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_feedback",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let period_ms = a.val(120_000, 1000);
+                let builder = builder_handle(f, a);
+                Some(unsafe { fairq_engine_builder_set_feedback(builder, period_ms, 50, 200) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_feedback_thresholds",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let low = a.val(80, 5);
+                let builder = builder_handle(f, a);
+                Some(unsafe {
+                    fairq_engine_builder_set_feedback_thresholds(builder, low, 120, 100)
+                })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_add_pool",
+            pointers: &[("builder", Builder), ("downstream_out", Optional)],
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let max = a.val(1, 0);
+                let builder = builder_handle(f, a);
+                let out = a.mut_ptr(1, f.outs[0].out::<u32>());
+                Some(unsafe { fairq_engine_builder_add_pool(builder, max, out) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_shedding",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let window_ms = a.val(2000, 10);
+                let builder = builder_handle(f, a);
+                Some(unsafe { fairq_engine_builder_set_shedding(builder, 2, window_ms, 20) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_indicators",
+            pointers: BUILDER_ONLY,
+            // Off while the feedback controller is on is invalid.
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let on = a.val(true, false);
+                Some(unsafe { fairq_engine_builder_set_indicators(builder_handle(f, a), on) })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_set_indicator_top_k",
+            pointers: BUILDER_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_CONFIG),
+            call: |f, a| {
+                let top_k = a.val(5, 5000);
+                Some(unsafe {
+                    fairq_engine_builder_set_indicator_top_k(builder_handle(f, a), top_k)
+                })
+            },
+        },
+        Export {
+            name: "fairq_engine_builder_build",
+            pointers: &[("builder", Builder), ("engine_out", Required)],
+            bad_values: None,
+            call: |f, a| {
+                let builder = builder_handle(f, a);
+                let out = a.mut_ptr(1, f.outs[0].out::<*mut fairq_engine>());
+                let status = unsafe { fairq_engine_builder_build(builder, out) };
+                if status == FAIRQ_OK {
+                    // Not the fixture's engine: free it, and poison its slot again.
+                    unsafe { fairq_engine_free(out.read()) };
+                    f.outs[0] = Slot::poisoned();
+                }
+                Some(status)
+            },
+        },
+        Export {
+            name: "fairq_set_tier",
+            pointers: &[("engine", Handle), ("raw", Required), ("tier", Required)],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let tier = a.val(TIER.as_bytes(), BAD_UTF8);
+                let raw = a.ptr(1, c"x".as_ptr());
+                let tier_ptr = a.ptr(2, tier.as_ptr().cast::<c_char>());
+                Some(unsafe { fairq_set_tier(handle(f, a), raw, 1, tier_ptr, tier.len()) })
+            },
+        },
+        Export {
+            name: "fairq_set_tier_key",
+            pointers: &[("engine", Handle), ("tier", Required)],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let key = a.val(f.key, 0);
+                let tier = a.ptr(1, TIER.as_ptr().cast::<c_char>());
+                Some(unsafe { fairq_set_tier_key(handle(f, a), key, tier, TIER.len()) })
+            },
+        },
+        Export {
+            name: "fairq_tier_weight",
+            pointers: &[
+                ("engine", Handle),
+                ("tier", Required),
+                ("weight_out", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let tier = a.val(TIER.as_bytes(), BAD_UTF8);
+                let tier_ptr = a.ptr(1, tier.as_ptr().cast::<c_char>());
+                let out = a.mut_ptr(2, f.outs[0].out::<u32>());
+                Some(unsafe { fairq_tier_weight(handle(f, a), tier_ptr, tier.len(), out) })
+            },
+        },
+        Export {
+            name: "fairq_enqueue_downstream",
+            pointers: &[
+                ("engine", Handle),
+                ("request", Required),
+                ("result", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let downstream = a.val(1, POOLS.len() as u32);
+                let out = a.mut_ptr(2, f.outs[0].out::<fairq_enqueue_result>());
+                let r = a.ptr(1, &f.request);
+                Some(unsafe { fairq_enqueue_downstream(handle(f, a), r, downstream, out) })
+            },
+        },
+        Export {
+            name: "fairq_enqueue_downstream_at",
+            pointers: &[
+                ("engine", Handle),
+                ("request", Required),
+                ("result", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let downstream = a.val(1, POOLS.len() as u32);
+                let out = a.mut_ptr(2, f.outs[0].out::<fairq_enqueue_result>());
+                let r = a.ptr(1, &f.request);
+                Some(unsafe { fairq_enqueue_downstream_at(handle(f, a), r, downstream, NOW, out) })
+            },
+        },
+        Export {
+            name: "fairq_pool_count",
+            pointers: &[("engine", Handle), ("count_out", Required)],
+            bad_values: None,
+            call: |f, a| {
+                let out = a.mut_ptr(1, f.outs[0].out::<u32>());
+                Some(unsafe { fairq_pool_count(handle(f, a), out) })
+            },
+        },
+        Export {
+            name: "fairq_pool_get_stats",
+            pointers: &[("engine", Handle), ("stats", Required)],
+            bad_values: Some(FAIRQ_NOT_FOUND),
+            call: |f, a| {
+                let downstream = a.val(0, POOLS.len() as u32);
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_pool_stats>());
+                Some(unsafe { fairq_pool_get_stats(handle(f, a), downstream, out) })
+            },
+        },
+        Export {
+            name: "fairq_report_downstream",
+            pointers: ENGINE_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let downstream = a.val(0, POOLS.len() as u32);
+                Some(unsafe { fairq_report_downstream(handle(f, a), downstream, false) })
+            },
+        },
+        Export {
+            name: "fairq_report_downstream_at",
+            pointers: ENGINE_ONLY,
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let downstream = a.val(1, POOLS.len() as u32);
+                Some(unsafe { fairq_report_downstream_at(handle(f, a), downstream, true, NOW) })
+            },
+        },
+        Export {
+            name: "fairq_pool_get_shedding",
+            pointers: &[("engine", Handle), ("out", Required)],
+            bad_values: Some(FAIRQ_NOT_FOUND),
+            call: |f, a| {
+                let downstream = a.val(1, POOLS.len() as u32);
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_pool_shedding>());
+                Some(unsafe { fairq_pool_get_shedding(handle(f, a), downstream, out) })
+            },
+        },
+        Export {
+            name: "fairq_fairness_get",
+            pointers: &[("engine", Handle), ("out", Required)],
+            bad_values: None,
+            call: |f, a| {
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_fairness>());
+                Some(unsafe { fairq_fairness_get(handle(f, a), out) })
+            },
+        },
+        Export {
+            name: "fairq_fairness_get_at",
+            pointers: &[("engine", Handle), ("out", Required)],
+            bad_values: None,
+            call: |f, a| {
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_fairness>());
+                Some(unsafe { fairq_fairness_get_at(handle(f, a), NOW, out) })
+            },
+        },
+        Export {
+            name: "fairq_fairness_top",
+            pointers: &[
+                ("engine", Handle),
+                ("out", Required),
+                ("count_out", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_indicators>());
+                let count = a.mut_ptr(2, f.outs[1].out::<usize>());
+                let cap = a.val(TOP_CAP, usize::MAX);
+                Some(unsafe { fairq_fairness_top(handle(f, a), out, cap, count) })
+            },
+        },
+        Export {
+            name: "fairq_fairness_top_at",
+            pointers: &[
+                ("engine", Handle),
+                ("out", Required),
+                ("count_out", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let out = a.mut_ptr(1, f.outs[0].out::<fairq_indicators>());
+                let count = a.mut_ptr(2, f.outs[1].out::<usize>());
+                let cap = a.val(TOP_CAP, usize::MAX / 2);
+                Some(unsafe { fairq_fairness_top_at(handle(f, a), NOW, out, cap, count) })
+            },
+        },
     ]
 }
 
@@ -762,11 +1293,13 @@ fn the_table_lists_every_export_and_every_pointer_argument_of_the_header() {
     for name in table.keys() {
         assert!(header.contains_key(name), "{name} is not in the header");
     }
-    // The engine handle is always called `engine` and checked as a handle.
+    // The engine handle is always called `engine` and checked as a handle; the builder's,
+    // `builder`.
     for e in exports() {
         for (i, (name, kind)) in e.pointers.iter().enumerate() {
             assert_eq!(*name == "engine", *kind == Handle, "{}: {name}", e.name);
-            if *kind == Handle {
+            assert_eq!(*name == "builder", *kind == Builder, "{}: {name}", e.name);
+            if matches!(kind, Handle | Builder) {
                 assert_eq!(i, 0, "{}: the handle comes first", e.name);
             }
         }
@@ -778,8 +1311,8 @@ fn the_table_lists_every_export_and_every_pointer_argument_of_the_header() {
 /// The status a check gives for a bad pointer of this kind.
 fn expected(kind: Kind, bad: Bad) -> i32 {
     match (kind, bad) {
-        (Handle, Bad::Null) | (Required, Bad::Null) => FAIRQ_ERR_NULL,
-        (Handle, Bad::Misaligned) => FAIRQ_ERR_INVALID_HANDLE,
+        (Handle | Builder | Required, Bad::Null) => FAIRQ_ERR_NULL,
+        (Handle | Builder, Bad::Misaligned) => FAIRQ_ERR_INVALID_HANDLE,
         (_, Bad::Misaligned) => FAIRQ_ERR_INVALID_ARGUMENT,
         (Optional, Bad::Null) => unreachable!("NULL is allowed"),
     }
@@ -845,15 +1378,17 @@ fn exercise(export: &Export) -> (usize, Vec<String>) {
         .iter()
         .enumerate()
         .map(|(i, &(_, kind))| match kind {
-            // The handle is not passed through `Args::ptr`: it is misaligned into the engine.
-            Handle => vec![Bad::Null, Bad::Misaligned],
+            // A handle is not passed through `Args::ptr`: it is misaligned into its object.
+            Handle | Builder => vec![Bad::Null, Bad::Misaligned],
             _ => bad_modes(kind, aligns[&i]),
         })
         .collect();
     let mut calls = 0;
     let mut failures = Vec::new();
+    // The builder's exports change the builder, not the engine: observe it too.
+    let of_builder = export.pointers.first().is_some_and(|p| p.1 == Builder);
     fixture = Fixture::new();
-    let mut before = observe(&fixture);
+    let mut before = observe(&fixture, of_builder);
     for modes in combinations(&choices) {
         if ONE_BAD_POINTER_ONLY && modes.iter().flatten().count() > 1 {
             continue;
@@ -892,14 +1427,26 @@ fn exercise(export: &Export) -> (usize, Vec<String>) {
             if !fixture.outs_untouched() {
                 fail("wrote an out-parameter".into());
             }
-            let after = observe(&fixture);
+            let mut after = observe(&fixture, of_builder);
+            let mut message = None;
+            if let (Some(b), Some(a)) = (&before.builder, &mut after.builder) {
+                // A setter the builder rejects leaves the reason for `..._message`, by design.
+                if status == Some(FAIRQ_ERR_INVALID_CONFIG) {
+                    if a.message.is_empty() {
+                        fail("rejected without a message".into());
+                    }
+                    message = Some(std::mem::replace(&mut a.message, b.message.clone()));
+                }
+            }
             if after != before {
-                fail(format!("the engine changed: {before:?} -> {after:?}"));
+                fail(format!("changed: {}", before.differences(&after)));
             }
             if after != before || !fixture.outs_untouched() {
                 // Start again from a known state.
                 fixture = Fixture::new();
-                before = observe(&fixture);
+                before = observe(&fixture, of_builder);
+            } else if let (Some(b), Some(m)) = (&mut before.builder, message) {
+                b.message = m;
             }
         }
     }

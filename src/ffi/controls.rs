@@ -21,7 +21,9 @@ use std::os::raw::c_char;
 
 use super::api::engine_ref;
 use super::boundary::write_out;
-use super::boundary::{bytes, copy_message, error_status, optional_out, required, required_out};
+use super::boundary::{
+    bytes, copy_message, error_status, optional_out, out_buffer, required, required_out,
+};
 use super::codes::*;
 use super::indicators::fairq_indicators;
 use super::types::*;
@@ -207,9 +209,7 @@ pub unsafe extern "C" fn fairq_engine_builder_message(
     ffi_status!({
         // SAFETY: NULL or a live builder, by contract.
         let builder = unsafe { builder_ref(builder) }?;
-        if buf.is_null() && len > 0 {
-            return Err(FAIRQ_ERR_NULL);
-        }
+        out_buffer(buf, len)?;
         let needed = optional_out(needed)?;
         if let Some(needed) = needed {
             // SAFETY: checked non-NULL and aligned, writable by contract.
@@ -597,9 +597,11 @@ pub unsafe extern "C" fn fairq_tier_weight(
     ffi_status!({
         // SAFETY: NULL or a live engine, by contract.
         let engine = unsafe { engine_ref(engine) }?;
-        // SAFETY: `tier_len` readable bytes at `tier`, by contract.
-        let tier = unsafe { tier_name(tier, tier_len) }?;
+        // Both pointers are checked before the name's length and UTF-8 (the error precedence).
+        let tier = bytes(tier, tier_len)?;
         let out = required_out(weight_out)?;
+        // SAFETY: `tier_len` readable bytes at `tier`, by contract.
+        let tier = tier_str(unsafe { tier.get() }?)?;
         let Some(weight) = engine.tier_weight(tier) else {
             return Ok(FAIRQ_NOT_FOUND);
         };
