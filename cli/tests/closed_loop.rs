@@ -381,8 +381,8 @@ fn the_measure_fails_without_isolation() {
 
 #[test]
 #[ignore = "not met until the light-tenant lane: fixed think times, the weight-1 tenant keeps \
-            97.5% (w4 98.3%, w2 98.2%; ideal 99.2-99.4%); jittered, 97.4% (over the 95% asked; \
-            w4 98.4%, w2 97.8%): a ready steady client waits for its class's SWRR turn"]
+            97.0% (w4 98.3%, w2 97.8%; ideal 99.2-99.4%); jittered, 97.2% (over the 95% asked; \
+            w4 98.4%, w2 97.9%): a ready steady client waits for its class's SWRR turn"]
 fn fairq_keeps_closed_loop_steady_tenants_throughput_through_a_burst() {
     let (fixed, jittered) = measure("fairq", &|| Box::new(Fairq::new()));
     assert!(fixed >= 0.99, "fairq, fixed think times: {fixed:.4}");
