@@ -648,6 +648,15 @@ const TICK_NS: u64 = 1 << 20;
 /// and a wakeup may round up to the next tick.
 const DRAIN_NS: u64 = 10 * TICK_NS;
 
+/// The latest Retry-After end the engine keeps (the header's `UINT64_MAX - 2^21`): a request
+/// due later is ready from then on.
+const LATEST_NOT_BEFORE: u64 = u64::MAX - (1 << 21);
+
+/// When a request queued at `now` with `retry_after` may be granted, at the latest.
+fn not_before(now: u64, retry_after: u64) -> u64 {
+    now.saturating_add(retry_after).min(LATEST_NOT_BEFORE)
+}
+
 /// One engine and what the ledger knows about it.
 struct World {
     engine: *mut fairq_engine,
@@ -1333,7 +1342,7 @@ impl World {
                 tenant: key,
                 user_data,
                 cost: cost.max(1),
-                not_before: now.saturating_add(retry_after),
+                not_before: not_before(now, retry_after),
                 ready_by: self.max_now.saturating_add(retry_after),
             },
         );
@@ -1501,7 +1510,7 @@ impl World {
             FAIRQ_REQUEUED => {
                 let e = self.tickets.get_mut(&ticket).unwrap();
                 e.st = St::Queued;
-                e.not_before = now.saturating_add(retry_after);
+                e.not_before = not_before(now, retry_after);
                 e.ready_by = self.max_now.saturating_add(retry_after);
                 self.counts.requeued += 1;
                 if let Some(d) = detail {
