@@ -21,7 +21,8 @@
 //!
 //! At the end the engine is drained at a time past every Retry-After: every request must end
 //! (granted and completed, or expired), then the engine is freed (ASan's leak check runs on it).
-//! The features `cancel-frees` and `clock-end` make the drain stricter (see fuzz/README.md).
+//! A cancelled or expired request holds nothing back, and a request queued in the clock's last
+//! second ends too.
 //!
 //! Only the public C ABI is used, so the target survives changes inside the engine.
 
@@ -639,9 +640,22 @@ const REQUEUE_REFUSALS: [u32; 3] = [
     FAIRQ_REASON_QUEUE_FULL,
 ];
 
-/// The clock's last second (2^30 ns): without the clock-end feature, the drain does not expect
-/// a request parked there to end.
-const CLOCK_END: u64 = u64::MAX - (1 << 30);
+/// The engine's timing-wheel tick (2^20 ns, about 1 ms).
+const TICK_NS: u64 = 1 << 20;
+
+/// How long the drain may take once the clock is past every live Retry-After: a parked tenant
+/// re-checks its head at least every 8 ticks (a cancelled or expired head no longer holds it),
+/// and a wakeup may round up to the next tick.
+const DRAIN_NS: u64 = 10 * TICK_NS;
+
+/// The latest Retry-After end the engine keeps (the header's `UINT64_MAX - 2^21`): a request
+/// due later is ready from then on.
+const LATEST_NOT_BEFORE: u64 = u64::MAX - (1 << 21);
+
+/// When a request queued at `now` with `retry_after` may be granted, at the latest.
+fn not_before(now: u64, retry_after: u64) -> u64 {
+    now.saturating_add(retry_after).min(LATEST_NOT_BEFORE)
+}
 
 /// One engine and what the ledger knows about it.
 struct World {
@@ -657,8 +671,6 @@ struct World {
     now: u64,
     /// The largest time handed to the engine: its own clock never runs ahead of it.
     max_now: u64,
-    /// The latest `ready_by` of a queued request that a cancel or expire ended.
-    ended_ready_by: u64,
     /// Enqueue calls that queued or refused a request.
     requests: u64,
     /// Cancels of granted tickets.
@@ -828,7 +840,6 @@ impl World {
             tenant_grants: HashMap::new(),
             now: 1_000_000_000,
             max_now: 0,
-            ended_ready_by: 0,
             requests: 0,
             cancelled_granted: 0,
             next_user_data: 1,
@@ -1072,13 +1083,16 @@ impl World {
                 null_entries,
             } => self.replace_weights(entries, default_weight.get(), null_entries),
             Op::WeightOf { tenant, out } => {
+                let key = tenant.key();
                 // SAFETY: a live engine; `out` is valid, NULL or misaligned scratch.
-                let rc = unsafe { fairq_weight_of(self.engine, tenant.key(), self.a.out(out)) };
-                expect(
-                    "weight_of",
-                    rc,
-                    &errors_or(&[pointer_error(out)], &[FAIRQ_OK]),
-                );
+                let rc = unsafe { fairq_weight_of(self.engine, key, self.a.out(out)) };
+                // Key 0 names no tenant.
+                let ok = if key == 0 {
+                    FAIRQ_ERR_INVALID_ARGUMENT
+                } else {
+                    FAIRQ_OK
+                };
+                expect("weight_of", rc, &errors_or(&[pointer_error(out)], &[ok]));
                 if rc == FAIRQ_OK {
                     let w: u32 = self.a.get();
                     assert!((1..=10_000).contains(&w), "weight_of gave {w}");
@@ -1094,13 +1108,15 @@ impl World {
                 let rc = unsafe {
                     fairq_tenant_granted(self.engine, key, self.a.out(grants), self.b.out(cost))
                 };
+                let ok: &[i32] = if key == 0 {
+                    &[FAIRQ_ERR_INVALID_ARGUMENT]
+                } else {
+                    &[FAIRQ_OK, FAIRQ_NOT_FOUND]
+                };
                 expect(
                     "tenant_granted",
                     rc,
-                    &errors_or(
-                        &[pointer_error(grants), pointer_error(cost)],
-                        &[FAIRQ_OK, FAIRQ_NOT_FOUND],
-                    ),
+                    &errors_or(&[pointer_error(grants), pointer_error(cost)], ok),
                 );
                 if rc == FAIRQ_OK {
                     let n: u64 = self.a.get();
@@ -1326,7 +1342,7 @@ impl World {
                 tenant: key,
                 user_data,
                 cost: cost.max(1),
-                not_before: now.saturating_add(retry_after),
+                not_before: not_before(now, retry_after),
                 ready_by: self.max_now.saturating_add(retry_after),
             },
         );
@@ -1494,7 +1510,7 @@ impl World {
             FAIRQ_REQUEUED => {
                 let e = self.tickets.get_mut(&ticket).unwrap();
                 e.st = St::Queued;
-                e.not_before = now.saturating_add(retry_after);
+                e.not_before = not_before(now, retry_after);
                 e.ready_by = self.max_now.saturating_add(retry_after);
                 self.counts.requeued += 1;
                 if let Some(d) = detail {
@@ -1552,7 +1568,6 @@ impl World {
             if self.state(ticket) == Some(St::Granted) {
                 self.cancelled_granted += 1;
             }
-            self.note_tombstone(ticket);
             self.set(ticket, St::Ended);
             self.counts.cancelled += 1;
             self.counts.refused[FAIRQ_REASON_CANCELLED as usize] += 1;
@@ -1586,18 +1601,9 @@ impl World {
             let d: fairq_completion = self.a.get();
             assert_eq!(d.reason, FAIRQ_REASON_DEADLINE_EXCEEDED);
         }
-        self.note_tombstone(ticket);
         self.set(ticket, St::Ended);
         self.counts.expired += 1;
         self.counts.refused[FAIRQ_REASON_DEADLINE_EXCEEDED as usize] += 1;
-    }
-
-    /// A queued ticket ended by the caller: its Retry-After may still hold its tenant (see
-    /// `drain`).
-    fn note_tombstone(&mut self, ticket: u64) {
-        if let Some(e) = self.tickets.get(&ticket).filter(|e| e.st == St::Queued) {
-            self.ended_ready_by = self.ended_ready_by.max(e.ready_by);
-        }
     }
 
     /// A raw identifier as (pointer, length); the bytes live in `self.c` or are static.
@@ -1918,13 +1924,11 @@ impl World {
         );
     }
 
-    /// Every request must end (but, without the clock-end feature, one parked in the clock's last
-    /// second): complete what is granted, then take grants, moving the clock to
-    /// past every Retry-After and then to each `fairq_next_wakeup_ns` (a parked tenant wakes on
-    /// the engine's timer, which may round a Retry-After up), until nothing is queued. Without
-    /// the cancel-frees feature, "every Retry-After" includes those of cancelled and expired
-    /// requests: the engine still parks a tenant behind its cancelled head until that head's
-    /// time.
+    /// Every request must end, even one queued in the clock's last second: complete what is
+    /// granted, then take grants, moving the clock to past every live request's Retry-After
+    /// (a cancelled or expired one's must not hold its tenant back) and then to each
+    /// `fairq_next_wakeup_ns` (a parked tenant wakes on the engine's timer, which may round a
+    /// Retry-After up), until nothing is queued.
     fn drain(&mut self) {
         let granted: Vec<u64> = self
             .live()
@@ -1942,12 +1946,8 @@ impl World {
             .map(|e| e.ready_by)
             .max()
             .unwrap_or(0);
-        let latest = if cfg!(feature = "cancel-frees") {
-            latest
-        } else {
-            latest.max(self.ended_ready_by)
-        };
         self.now = self.max_now.max(latest).saturating_add(1);
+        let start = self.now;
         let mut wakeups = 0;
         while self.queued() > 0 {
             self.reset_scratch();
@@ -1964,15 +1964,12 @@ impl World {
             // SAFETY: a live engine and a writable u64.
             let rc = unsafe { fairq_next_wakeup_ns(self.engine, &mut at) };
             wakeups += 1;
-            if !cfg!(feature = "clock-end") && self.now >= CLOCK_END {
-                // A request parked in the clock's last second is stuck there today (see the
-                // clock-end feature): keep the books, skip the liveness check.
-                break;
-            }
             assert!(
-                rc == FAIRQ_OK && at > self.now && wakeups <= 4,
-                "the drain at {} left {} queued: next_grant EMPTY, next_wakeup_ns {} ({at})",
+                rc == FAIRQ_OK && at > self.now && at <= start.saturating_add(DRAIN_NS),
+                "the drain at {} ({} ns in, {wakeups} wakeups) left {} queued: next_grant EMPTY, \
+                 next_wakeup_ns {} ({at})",
                 self.now,
+                self.now - start,
                 self.queued(),
                 status_name(rc)
             );

@@ -88,6 +88,7 @@ impl Setup {
                 .take(4)
                 .map(|&m| u32::from(m) % max_in_flight + 1)
                 .collect(),
+            ..Config::default()
         }
     }
 }
