@@ -43,7 +43,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "ffi", "python"))
 
 from test_nginx import (  # noqa: E402  (after the path set-up)
-    FAILURES, Conn, check, free_port, metric, parse_prometheus, pct, wait_port)
+    FAILURES, Conn, check, free_port, metric, parse_prometheus, pct, verdict, wait_port)
 
 C = 8                 # fairq_max_in_flight, and each upstream's concurrency
 SERVICE_MS = 50       # upstream service time (mean, +-20 %)
@@ -325,8 +325,8 @@ async def tier_split(port):
                                                                       until - 0.2)
         ratios[label] = na / nb if nb else float("inf")
         print(f"  {label}: {a} {na}, {b} {nb}, ratio {ratios[label]:.2f}", flush=True)
-    check(abs(ratios["no tier"] - 1) <= 0.15, f"without tiers: 1:1 ({ratios['no tier']:.2f})")
-    check(abs(ratios["tiers"] - 3) <= 0.3, f"gold:iron {ratios['tiers']:.2f} within 10 % of 3")
+    check(abs(ratios["no tier"] - 1) <= 0.15, f"without tiers: 1:1 ({ratios['no tier']:.2f})", timing=True)
+    check(abs(ratios["tiers"] - 3) <= 0.3, f"gold:iron {ratios['tiers']:.2f} within 10 % of 3", timing=True)
     await get(port, "/plain/", {"X-Api-Key": "plat-key"})    # a tier no fairq_tier names
     samples = await scrape(port)
     changes = metric(samples, "fairq_nginx_tier_changes_total")
@@ -398,7 +398,7 @@ async def boost(port):
     ticks = metric(samples, "fairq_nginx_policy_ticks_total")
     check(boosted is not None and boosted >= 1 and started >= 1 and ticks >= 1,
           f"/metrics after 2.3 s of waiting: boosted_tenants {boosted}, boosts started "
-          f"{started}, ticks {ticks}")
+          f"{started}, ticks {ticks}", timing=True)
     await asyncio.gather(*hold)
     r = await waiter
     check(r.status == 200 and "x-fair-queue-wait-ms" in r.headers,
@@ -467,7 +467,7 @@ async def shedding(args, prefix, ports):
                 and r.json()["error"]["details"]["fair_queue"]["reason"] == "downstream_shedding"]
         print(f"  5 s, 12 conns: {dict(statuses)}; shed {len(shed)}", flush=True)
         check(served and 0.05 <= statuses[500] / served <= 0.15,
-              f"the upstream failed {statuses[500]} of {served} served")
+              f"the upstream failed {statuses[500]} of {served} served", timing=True)
         limit = metric(mid, "rate_limit_fair_queue_downstream_limit", **labels)
         stage = metric(mid, "rate_limit_fair_queue_downstream_shedding", **labels)
         cuts = metric(mid, "rate_limit_fair_queue_downstream_shed_cuts_total", **labels)
@@ -475,10 +475,10 @@ async def shedding(args, prefix, ports):
         check(stage == 1 and limit is not None and limit < 6 and cuts >= 1
               and ratio is not None and 0.02 < ratio < 0.3,
               f"/metrics after 4 s: shedding stage {stage}, limit {limit} of 6, cuts {cuts}, "
-              f"last window's error ratio {ratio}")
+              f"last window's error ratio {ratio}", timing=True)
         check(len(shed) > 0 and all(r.latency < 0.15 for r in shed),
               f"429 downstream_shedding answered at once ({len(shed)}, slowest "
-              f"{max((r.latency for r in shed), default=0) * 1000:.0f} ms)")
+              f"{max((r.latency for r in shed), default=0) * 1000:.0f} ms)", timing=True)
         await asyncio.sleep(0.5)
         samples = await scrape(ng.port)
         engine = metric(samples, "rate_limit_fair_queue_refused_total",
@@ -495,7 +495,7 @@ async def shedding(args, prefix, ports):
         limit = metric(samples, "rate_limit_fair_queue_downstream_limit", **labels)
         stage = metric(samples, "rate_limit_fair_queue_downstream_shedding", **labels)
         check(limit == 6 and stage == 0 and all(r.status == 200 for r in calm),
-              f"8 s of calm traffic: limit back to {limit} of 6, stage {stage}")
+              f"8 s of calm traffic: limit back to {limit} of 6, stage {stage}", timing=True)
         return statuses, len(shed)
     finally:
         ng.stop("shedding")
@@ -522,7 +522,7 @@ async def ticks_in_each_worker(ng, started):
     print(f"  per worker pid: (ticks, feedback runs) {seen}", flush=True)
     check(len(seen) == 2 and all(t >= FEEDBACK_PERIOD_MS / 1000 - 2 and runs >= 1
                                  for t, runs in seen.values()),
-          f"both workers tick every second and ran a feedback period ({seen})")
+          f"both workers tick every second and ran a feedback period ({seen})", timing=True)
 
 
 async def run(args):
@@ -562,9 +562,9 @@ async def run(args):
         on = await guard_share(main.port, "guard on")
         off = await guard_share(control.port, "guard off")
         check(0.025 <= on <= 0.06, f"guard on: the light tenant's share {on:.1%} is at its 3 % "
-                                   f"floor")
+                                   f"floor", timing=True)
         check(off < 0.02, f"guard off: the light tenant's share {off:.1%} is its weight's, "
-                          f"about 1 %")
+                          f"about 1 %", timing=True)
         samples = await scrape(main.port)
         gg = metric(samples, "rate_limit_fair_queue_guard_grants_total", tenant_dimension="user")
         check(gg is not None and gg > 0, f"/metrics: guard_grants_total {gg}")
@@ -576,7 +576,7 @@ async def run(args):
                   for r in fast), "fast pool: every request served, $fairq_downstream fast")
         check(stuck <= 1.5 * alone,
               f"fast pool p95 {stuck:.1f} ms within 1.5x of alone {alone:.1f} ms "
-              f"(x{stuck / alone:.2f})")
+              f"(x{stuck / alone:.2f})", timing=True)
         labels = {"tenant_dimension": "user", "downstream": "1"}
         slow_in_flight = metric(mid, "rate_limit_fair_queue_downstream_in_flight", **labels)
         slow_blocked = metric(mid, "rate_limit_fair_queue_downstream_blocked_tenants", **labels)
@@ -584,11 +584,11 @@ async def run(args):
                       max_in_flight="2")
         check(info == 1 and slow_in_flight == 2 and slow_blocked == 1,
               f"/metrics mid-phase: pool slow is downstream 1, in flight {slow_in_flight} "
-              f"(its bound 2), its tenant blocked on it ({slow_blocked})")
+              f"(its bound 2), its tenant blocked on it ({slow_blocked})", timing=True)
         nopools, _, _ = await pools(control.port, "no pools, slow upstream stuck", True)
         check(nopools >= 3 * alone,
               f"without pools the stuck upstream takes the permits: fast p95 {nopools:.0f} ms "
-              f"(x{nopools / alone:.1f} alone)")
+              f"(x{nopools / alone:.1f} alone)", timing=True)
         await asyncio.sleep(1.0)
 
         await boost(main.port)
@@ -627,9 +627,7 @@ def main():
         ap.error("--module is required")
     started = time.monotonic()
     asyncio.run(run(args))
-    print(f"\n{'FAILED' if FAILURES else 'PASSED'} in {time.monotonic() - started:.0f} s"
-          + (f": {len(FAILURES)} checks failed" if FAILURES else ""))
-    sys.exit(1 if FAILURES else 0)
+    sys.exit(verdict(started))
 
 
 if __name__ == "__main__":

@@ -12,17 +12,13 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Child,
     port: u16,
+    log: std::path::PathBuf,
 }
 
 impl RedisServer {
-    /// Starts one on a free port.
+    /// Starts one on a free port (another one if that port is taken meanwhile).
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        RedisServer::start_on(port)
+        RedisServer::start_fresh(free_port, &[])
     }
 
     /// Starts one on `port` (e.g. the port of one stopped before) and waits until it answers.
@@ -32,21 +28,56 @@ impl RedisServer {
 
     /// Starts one on `port` with more `redis-server` options and waits until it answers.
     pub fn start_with(port: u16, options: &[&str]) -> RedisServer {
+        RedisServer::try_start_with(port, options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts one on a port from `pick`, with `options`; when it cannot have that port (another
+    /// process bound it between the pick and the start), tries again on a new one.
+    fn start_fresh(pick: fn() -> u16, options: &[&str]) -> RedisServer {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match RedisServer::try_start_with(pick(), options) {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("{last}");
+    }
+
+    /// Starts one on `port` and waits until it answers; an error says why it did not (with
+    /// the end of its log) when it exited or did not answer within 10 s. The server answering
+    /// must be this child (its `process_id`), not another process's on the same port.
+    fn try_start_with(port: u16, options: &[&str]) -> Result<RedisServer, String> {
+        let log =
+            std::env::temp_dir().join(format!("fairq-redis-{}-{port}.log", std::process::id()));
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(["--logfile", log.to_str().unwrap()])
             .args(options)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server on PATH (Debian package redis-server; .ci/run installs it)");
-        let server = RedisServer { child, port };
+        let mut server = RedisServer {
+            child,
+            port,
+            log: log.clone(),
+        };
+        let pid = format!("process_id:{}", server.child.id());
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !answers_ping(port) {
-            assert!(Instant::now() < deadline, "redis-server did not start");
+        loop {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(failed_start(port, &format!("exited ({status})"), &log));
+            }
+            if info(port, &["INFO", "server"]).is_some_and(|i| i.contains(&pid)) {
+                return Ok(server);
+            }
+            if Instant::now() >= deadline {
+                return Err(failed_start(port, "did not answer within 10 s", &log));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -81,15 +112,37 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
+/// What a failed start says: the port, why, and the last lines of the server's log.
+fn failed_start(port: u16, why: &str, log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    format!(
+        "redis-server on port {port} {why}; its log ends:\n{}",
+        tail.join("\n")
+    )
+}
+
+/// A port free now and not handed out before by this process: tests run in parallel, and the
+/// system may give a port just released to the next caller.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A free port whose cluster bus port (+10000) is free too.
@@ -126,34 +179,31 @@ impl RedisCluster {
     /// Starts six `redis-server --cluster-enabled yes` and joins them with `redis-cli --cluster
     /// create ... --cluster-replicas 1`; returns once every node reports `cluster_state:ok`.
     pub fn start() -> RedisCluster {
-        let ports: Vec<u16> = (0..6).map(|_| cluster_port()).collect();
-        let dir = std::env::temp_dir().join(format!("fairq-cluster-{}", ports[0]));
+        let dir = std::env::temp_dir().join(format!("fairq-cluster-{}", free_port()));
         std::fs::create_dir_all(&dir).unwrap();
-        let nodes = ports
-            .iter()
-            .map(|&p| {
-                let conf = format!("nodes-{p}.conf");
-                Some(RedisServer::start_with(
-                    p,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "1000",
-                        // A replica syncs at once (not after the diskless delay of 5 s), and
-                        // may take over however long it was cut off from its master.
-                        "--repl-diskless-sync-delay",
-                        "0",
-                        "--cluster-replica-validity-factor",
-                        "0",
-                        "--dir",
-                        dir.to_str().unwrap(),
-                    ],
-                ))
+        // Each node has its own directory for its cluster state file (nodes.conf).
+        let nodes: Vec<Option<RedisServer>> = (0..6)
+            .map(|i| {
+                let node_dir = dir.join(i.to_string());
+                std::fs::create_dir_all(&node_dir).unwrap();
+                let options = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "1000",
+                    // A replica syncs at once (not after the diskless delay of 5 s), and may
+                    // take over however long it was cut off from its master.
+                    "--repl-diskless-sync-delay",
+                    "0",
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    "--dir",
+                    node_dir.to_str().unwrap(),
+                ];
+                Some(RedisServer::start_fresh(cluster_port, &options))
             })
             .collect();
+        let ports: Vec<u16> = nodes.iter().flatten().map(|n| n.port()).collect();
         let cluster = RedisCluster { nodes, dir };
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let out = Command::new("redis-cli")
@@ -317,16 +367,4 @@ fn info(port: u16, parts: &[&str]) -> Option<String> {
             _ => return None,
         }
     }
-}
-
-/// Whether a server on `port` answers `PING` with `+PONG`.
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let mut reply = [0u8; 7];
-    s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
-        && s.write_all(b"*1\r\n$4\r\nPING\r\n").is_ok()
-        && s.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
 }
