@@ -260,7 +260,10 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// A snapshot of the engine's gauges and counters. Counters only grow.
+/// The engine's gauges and counters. Counters only grow. Each field is read on its own (no lock
+/// makes them one instant), gauges first: while other threads work, a read can count a request
+/// as cancelled that the queued gauge, read a moment before, still counted as queued. Once
+/// callers are quiet the fields agree.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Requests queued now (cancelled ones excluded).

@@ -568,9 +568,18 @@ fn a_client_that_disconnects_while_queued_is_cancelled_without_a_leak() {
             wait_for(&engine, "queued", |s| s.queued == 1).await;
             assert_eq!(fair.waiting(), 1);
             drop(stream);
-            let stats = wait_for(&engine, "the cancel", |s| s.cancelled == n).await;
-            assert_eq!((stats.queued, stats.in_flight), (0, 4));
-            assert_eq!(fair.waiting(), 0);
+            // Stats fields are read one by one (gauges first): a read can see the cancel counted
+            // while the queued gauge, read just before, still counts the request. Wait for both.
+            let stats = wait_for(&engine, "the cancel, nothing queued", |s| {
+                s.cancelled == n && s.queued == 0
+            })
+            .await;
+            assert_eq!(stats.in_flight, 4);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while fair.waiting() != 0 {
+                assert!(std::time::Instant::now() < deadline, "still waiting");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
 
         up.gate.add_permits(4);
