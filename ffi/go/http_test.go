@@ -212,7 +212,12 @@ func waitStats(t *testing.T, e *Engine, what string, ok func(Stats) bool) Stats 
 			t.Fatal(err)
 		}
 		if ok(s) {
-			return s
+			// The fields are read one by one, so a read taken while a call is still ending can
+			// mix its before and after; a second equal read means nothing was moving.
+			time.Sleep(10 * time.Millisecond)
+			if again, err := e.Stats(); err == nil && again == s {
+				return s
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s: %+v", what, s)

@@ -301,12 +301,18 @@ fn p95(samples: &[(Instant, Duration)]) -> Duration {
     latencies[(latencies.len() * 95).div_ceil(100) - 1]
 }
 
+/// Waits until the stats satisfy `ok` and stay the same over a short pause. The fields are read
+/// one by one, so a read taken while a call is still ending can mix its before and after (the
+/// permit back, the completion not yet counted); a second equal read means nothing was moving.
 async fn wait_for(engine: &Engine, what: &str, ok: impl Fn(&Stats) -> bool) -> Stats {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let stats = engine.stats();
         if ok(&stats) {
-            return stats;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if engine.stats() == stats {
+                return stats;
+            }
         }
         assert!(
             Instant::now() < deadline,

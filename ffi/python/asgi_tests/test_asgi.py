@@ -66,7 +66,11 @@ class Server:
         while True:
             stats = self.stats()
             if ok(stats["engine"]):
-                return stats
+                # The fields are read one by one, so a read taken while a call is still ending
+                # can mix its before and after; a second equal read means nothing was moving.
+                time.sleep(0.01)
+                if self.stats()["engine"] == stats["engine"]:
+                    return stats
             if time.monotonic() > deadline:
                 raise AssertionError("timed out waiting for %s: %s" % (what, stats))
             time.sleep(0.005)
