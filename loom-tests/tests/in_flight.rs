@@ -163,12 +163,14 @@ fn seats_model() {
         .unwrap(),
     );
     let seats = Arc::new(AtomicUsize::new(0));
-    // The most seats seen out at once (by the holders' count; the stats count grants), asserted once
-    // the threads have joined, so a violation unwinds with no thread left inside the engine.
+    // The most seats seen out at once (by the holders' count), asserted once the threads have
+    // joined, so a violation unwinds with no thread left inside the engine.
     let worst = AtomicUsize::new(0);
     let hold = |engine: &Engine, seats: &AtomicUsize, g: &fairq::Grant| {
         let held = seats.fetch_add(g.cost as usize, Ordering::SeqCst) + g.cost as usize;
         worst.fetch_max(held, Ordering::SeqCst);
+        // The stats count grants, each at least one seat: never more than the seats either.
+        worst.fetch_max(engine.stats().in_flight as usize, Ordering::SeqCst);
     };
     let b1 = enqueue(&engine, &request(tenant_b()), 0);
     let g1 = match engine.next_grant_at(0) {
