@@ -1047,10 +1047,12 @@ impl<H: Hooks> Core<H> {
     /// A grant of `cost` to `downstream` ended: its permits go back, and a feature may hand back
     /// a tenant.
     fn end_grant(&self, cost: u32, downstream: u32, now: u64) {
-        self.permits.release(self.width(cost));
         if self.limits.seats {
+            self.permits.release(self.width(cost));
             // Relaxed: a gauge.
             self.grants_out.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.permits.release(1);
         }
         if let Some(u) = self.hooks.released(downstream) {
             self.place(u, None, false, now);
