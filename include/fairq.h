@@ -1208,6 +1208,15 @@ int32_t fairq_engine_builder_set_indicators(struct fairq_engine_builder *builder
 int32_t fairq_engine_builder_set_indicator_top_k(struct fairq_engine_builder *builder,
                                                  uint32_t top_k);
 
+// Seats: `max_in_flight` counts cost units instead of requests. A grant takes its request's
+// cost in permits (at least 1) and `fairq_complete` or `fairq_cancel` gives the same number
+// back. A request whose cost is `max_in_flight` or more runs alone: once it is next, no other
+// grant starts until the grants out have ended. Off by default.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_seats(struct fairq_engine_builder *builder, bool on);
+
 // Builds an engine from the builder's configuration and writes it to `*engine_out`; the
 // builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
 //

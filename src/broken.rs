@@ -32,6 +32,8 @@ pub enum Break {
     Requeue,
     /// A ring compaction runs without taking the consumer side.
     Compact,
+    /// The permits for a waiting wide request are taken while other permits are still out.
+    Seats,
 }
 
 thread_local! {

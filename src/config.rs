@@ -45,7 +45,8 @@ pub struct Config {
     pub tenant_queue_capacity: u32,
     /// Global bound on queued requests, all tenants together. 1..=16777216.
     pub queue_capacity: u32,
-    /// Most grants out at once. 1..=1048576. Default 8.
+    /// Most grants out at once. 1..=1048576. Default 8. With [`Config::seats`], the most cost
+    /// units out at once.
     pub max_in_flight: u32,
     /// Weight of a tenant with no entry in the weight table. 1..=10000. Default 1.
     pub default_weight: u32,
@@ -81,6 +82,13 @@ pub struct Config {
     /// it cannot serve within their budget are refused `downstream_shedding`. `None` (the
     /// default): off. Needs `downstream_max_in_flight`.
     pub shedding: Option<Shedding>,
+    /// Seats: `max_in_flight` counts cost units, not requests. A grant takes its request's cost
+    /// in permits (at least 1) and `complete` or `cancel` gives the same number back (a corrected
+    /// cost corrects the tenant's charge, not the permits). A request whose cost is
+    /// `max_in_flight` or more runs alone: once it is next, no other grant starts until the
+    /// grants out have ended, then it takes every permit. Off by default (a grant takes one
+    /// permit whatever its cost). Bulkhead pools and `Stats::in_flight` still count requests.
+    pub seats: bool,
 }
 
 impl Default for Config {
@@ -101,6 +109,7 @@ impl Default for Config {
             policy: Policy::default(),
             downstream_max_in_flight: Vec::new(),
             shedding: None,
+            seats: false,
         }
     }
 }
@@ -252,6 +261,7 @@ impl Config {
             tenant_idle_ns: self.tenant_idle_ms.saturating_mul(crate::limits::MS),
             max_weight_classes: self.max_weight_classes,
             pinned_weights: self.policy.tiers.iter().map(|t| t.weight).collect(),
+            seats: self.seats,
         }
     }
 }

@@ -1031,6 +1031,15 @@ fn exports() -> Vec<Export> {
             },
         },
         Export {
+            name: "fairq_engine_builder_set_seats",
+            pointers: BUILDER_ONLY,
+            bad_values: None,
+            call: |f, a| {
+                let on = a.val(true, false);
+                Some(unsafe { fairq_engine_builder_set_seats(builder_handle(f, a), on) })
+            },
+        },
+        Export {
             name: "fairq_engine_builder_build",
             pointers: &[("builder", Builder), ("engine_out", Required)],
             bad_values: None,

@@ -659,6 +659,47 @@ static void test_indicator_top_k_and_fairness(void) {
     fairq_engine_free(e);
 }
 
+/* Seats: max_in_flight counts cost units; a request as costly as the limit runs alone. */
+static void test_seats_count_cost_units(void) {
+    fairq_config c = enabled_config();
+    c.max_in_flight = 4;
+    fairq_engine_builder *b = new_builder(c);
+    assert(fairq_engine_builder_set_seats(NULL, true) == FAIRQ_ERR_NULL);
+    assert(fairq_engine_builder_set_seats(b, true) == FAIRQ_OK);
+    fairq_engine *e = build(b);
+    fairq_engine_builder_free(b);
+
+    uint64_t k = key_of("wide");
+    for (int i = 0; i < 2; i++) {
+        fairq_request r = request(k, (uint64_t)i);
+        r.cost = 2;
+        fairq_enqueue_result res;
+        assert(fairq_enqueue_at(e, &r, T0, &res) == FAIRQ_QUEUED);
+    }
+    fairq_request big = request(k, 9);
+    big.cost = 10; /* above the limit: it will run alone */
+    fairq_enqueue_result res;
+    assert(fairq_enqueue_at(e, &big, T0, &res) == FAIRQ_QUEUED);
+    fairq_grant g1 = grant(e, T0), g2 = grant(e, T0);
+    assert(g1.cost == 2 && g2.cost == 2);
+    fairq_grant g;
+    assert(fairq_next_grant_at(e, T0, &g) == FAIRQ_AT_CAPACITY);
+    fairq_stats st;
+    /* in_flight counts grants (two, holding all 4 seats) */
+    assert(fairq_get_stats(e, &st) == FAIRQ_OK && st.in_flight == 2 && st.queued == 1);
+    complete(e, g1.ticket, T0);
+    assert(fairq_next_grant_at(e, T0, &g) == FAIRQ_AT_CAPACITY); /* 2 seats out */
+    complete(e, g2.ticket, T0);
+    g = grant(e, T0);
+    assert(g.user_data == 9 && g.cost == 10);
+    assert(fairq_get_stats(e, &st) == FAIRQ_OK && st.in_flight == 1 && st.queued == 0);
+    fairq_grant none;
+    assert(fairq_next_grant_at(e, T0, &none) == FAIRQ_AT_CAPACITY); /* it runs alone */
+    complete(e, g.ticket, T0);
+    assert_conserved(e);
+    fairq_engine_free(e);
+}
+
 int main(void) {
     RUN(test_builder_life_cycle_and_errors);
     RUN(test_tiers_name_weights_and_change_the_split);
@@ -668,6 +709,7 @@ int main(void) {
     RUN(test_pools_keep_other_downstreams_flowing);
     RUN(test_shedding_cuts_a_failing_pool_and_refuses_what_it_cannot_serve);
     RUN(test_indicator_top_k_and_fairness);
+    RUN(test_seats_count_cost_units);
     printf("c_controls: %d passed, 0 failed\n", passed);
     return 0;
 }

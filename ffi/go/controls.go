@@ -74,6 +74,9 @@ type Controls struct {
 	// IndicatorTopK (0..=1000) is how many tenants get their own indicator series in the
 	// Prometheus text; nil keeps the default, 20.
 	IndicatorTopK *uint32
+	// Seats makes MaxInFlight count cost units: a grant takes its request's cost in permits,
+	// and a request at least as costly as the limit runs alone. Off by default.
+	Seats bool
 }
 
 // Shedding: a pool whose error rate over a window of WindowMs (100..=3600000) passes
@@ -160,6 +163,11 @@ func NewWithControls(c Config, ctl Controls) (*Engine, error) {
 	}
 	if k := ctl.IndicatorTopK; k != nil {
 		if err := set(C.fairq_engine_builder_set_indicator_top_k(b, C.uint32_t(*k))); err != nil {
+			return nil, err
+		}
+	}
+	if ctl.Seats {
+		if err := set(C.fairq_engine_builder_set_seats(b, C.bool(true))); err != nil {
 			return nil, err
 		}
 	}

@@ -401,3 +401,24 @@ func TestSheddingCutsAFailingPoolAndRefusesWhatItCannotServe(t *testing.T) {
 		completeAt(t, e, g.Ticket, now)
 	}
 }
+
+func TestSeatsCountCostUnits(t *testing.T) {
+	e := newControlled(t, func(c *Config) { c.MaxInFlight = 4 }, Controls{Seats: true})
+	for i := 0; i < 3; i++ {
+		enqueueAt(t, e, Request{TenantKey: mustKey(t, "a"), Cost: 2}, t0)
+	}
+	first := grantAt(t, e, t0)
+	if second := grantAt(t, e, t0); first.Cost != 2 || second.Cost != 2 {
+		t.Fatalf("costs %d %d", first.Cost, second.Cost)
+	}
+	if _, ok, err := e.NextGrantAt(t0); ok || err != nil {
+		t.Fatalf("4 seats out, yet granted: %v %v", ok, err)
+	}
+	if s, _ := e.Stats(); s.InFlight != 2 { // two grants hold the 4 seats
+		t.Fatalf("in flight %d", s.InFlight)
+	}
+	if _, err := e.CompleteAt(first.Ticket, true, 0, t0); err != nil {
+		t.Fatal(err)
+	}
+	grantAt(t, e, t0)
+}

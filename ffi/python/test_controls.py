@@ -288,6 +288,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Seats(unittest.TestCase):
+    def test_max_in_flight_counts_cost_units(self):
+        with fairq.Engine(enabled=True, max_in_flight=4, seats=True) as q:
+            for _ in range(3):
+                q.enqueue("a", cost=2, now_ns=T0)
+            first, second = q.next_grant(now_ns=T0), q.next_grant(now_ns=T0)
+            self.assertEqual((first.cost, second.cost), (2, 2))
+            self.assertIsNone(q.next_grant(now_ns=T0), "4 seats out: at capacity")
+            self.assertEqual(q.stats()["in_flight"], 2, "two grants hold the 4 seats")
+            q.complete(first.ticket, now_ns=T0)
+            self.assertIsNotNone(q.next_grant(now_ns=T0))
+        # Off (the default): a grant takes one permit whatever its cost.
+        with fairq.Engine(enabled=True, max_in_flight=4) as q:
+            for _ in range(4):
+                q.enqueue("a", cost=2, now_ns=T0)
+            self.assertTrue(all(q.next_grant(now_ns=T0) is not None for _ in range(4)))
+
+
 class RedisServer:
     """A redis-server on a free port, no persistence; a minimal RESP client for checks."""
 

@@ -146,6 +146,138 @@ fn grant_vs_cancel_ends_once_and_gives_the_permit_back() {
     check("in_flight::grant_vs_cancel", grant_vs_cancel_model);
 }
 
+/// Seats: two permits; tenant B holds one with a width-1 grant, tenant A's width-2 request
+/// (as wide as the limit) is next and waits in the wide slot. Then, at once: the holder ends
+/// B's grant, and a granter enqueues another width-1 request for B and asks for grants. Every
+/// holder adds its width to `seats` and asserts the sum never passes the limit; the wide request
+/// is granted once B's permit is back, before B's second request (nothing else starts while it
+/// waits); at the end no permit is out and both come back for a later wide grant.
+fn seats_model() {
+    const SEATS: usize = 2;
+    let engine = Arc::new(
+        Engine::new(fairq::Config {
+            max_in_flight: SEATS as u32,
+            seats: true,
+            ..tiny_config()
+        })
+        .unwrap(),
+    );
+    let seats = Arc::new(AtomicUsize::new(0));
+    // The most seats seen out at once (by the holders' count), asserted once the threads have
+    // joined, so a violation unwinds with no thread left inside the engine.
+    let worst = AtomicUsize::new(0);
+    let hold = |engine: &Engine, seats: &AtomicUsize, g: &fairq::Grant| {
+        let held = seats.fetch_add(g.cost as usize, Ordering::SeqCst) + g.cost as usize;
+        worst.fetch_max(held, Ordering::SeqCst);
+        // The stats count grants, each at least one seat: never more than the seats either.
+        worst.fetch_max(engine.stats().in_flight as usize, Ordering::SeqCst);
+    };
+    let b1 = enqueue(&engine, &request(tenant_b()), 0);
+    let g1 = match engine.next_grant_at(0) {
+        NextGrant::Granted(g) => g,
+        other => panic!("the first grant failed: {other:?}"),
+    };
+    assert_eq!(g1.ticket, b1);
+    hold(&engine, &seats, &g1);
+    let wide = enqueue(
+        &engine,
+        &fairq::Request {
+            cost: 2,
+            ..request(tenant_a())
+        },
+        0,
+    );
+    assert!(
+        matches!(engine.next_grant_at(0), NextGrant::AtCapacity),
+        "the wide request must wait for the permit out"
+    );
+
+    let completer = {
+        let (engine, seats) = (Arc::clone(&engine), Arc::clone(&seats));
+        thread::spawn(move || {
+            seats.fetch_sub(1, Ordering::SeqCst);
+            engine
+                .complete_at(g1.ticket, Outcome::Admitted, None, 1)
+                .unwrap();
+        })
+    };
+    let b2 = enqueue(&engine, &request(tenant_b()), 1);
+    let mut granted = Vec::new();
+    if let NextGrant::Granted(g) = engine.next_grant_at(1) {
+        hold(&engine, &seats, &g);
+        granted.push(g);
+    }
+    completer.join().unwrap();
+    // Drain: each grant is ended before the next is asked for.
+    let mut order = Vec::new();
+    for g in granted {
+        order.push(g.ticket);
+        seats.fetch_sub(g.cost as usize, Ordering::SeqCst);
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 2)
+            .unwrap();
+    }
+    loop {
+        match engine.next_grant_at(2) {
+            NextGrant::Granted(g) => {
+                hold(&engine, &seats, &g);
+                order.push(g.ticket);
+                seats.fetch_sub(g.cost as usize, Ordering::SeqCst);
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 2)
+                    .unwrap();
+            }
+            NextGrant::Empty => break,
+            other => panic!("unexpected {other:?} while draining"),
+        }
+    }
+    let worst = worst.load(Ordering::SeqCst);
+    assert!(
+        worst <= SEATS,
+        "seat bound broken: {worst} seats out at once"
+    );
+    assert_eq!(
+        order,
+        vec![wide, b2],
+        "the wide request goes first, once, then B's"
+    );
+    let stats = engine.stats();
+    assert_eq!((stats.queued, stats.in_flight), (0, 0), "{stats:?}");
+    assert_eq!(
+        stats.enqueued,
+        stats.ended(),
+        "a ticket was lost: {stats:?}"
+    );
+    let later = enqueue(
+        &engine,
+        &fairq::Request {
+            cost: 3,
+            ..request(tenant_a())
+        },
+        3,
+    );
+    match engine.next_grant_at(3) {
+        NextGrant::Granted(g) => assert_eq!(g.ticket, later),
+        other => panic!("the permits did not come back: {other:?}"),
+    }
+}
+
+#[test]
+fn seats_stay_within_the_limit_and_a_wide_request_runs_alone() {
+    check("in_flight::seats", seats_model);
+}
+
+/// The wide request's permits taken while another permit is still out: the seat bound breaks.
+#[cfg(fairq_broken)]
+#[test]
+#[should_panic(expected = "seat")]
+fn broken_seats_is_caught() {
+    use fairq::broken::{with, Break};
+    with(Break::Seats, || {
+        check("in_flight::seats [broken]", seats_model)
+    });
+}
+
 /// `acquire_permit` as load-then-store: two granters both pass the check, so the count loses an
 /// increment (caught as "in-flight count below zero" by `release_permit`'s assertion) or two
 /// grants are out at once (caught as "in-flight bound broken").

@@ -38,7 +38,7 @@ use crate::weights::WeightTable;
 pub(crate) use classes::ClassView;
 use classes::{ClassWeights, Classes, CLASS_LIMIT};
 pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
-use permits::Permits;
+use permits::{Capacity, Permits};
 #[cfg(loom)]
 pub use ring::set_full_rings;
 use ring::Next;
@@ -76,6 +76,9 @@ const HOLD_SPIN_ROUNDS: u32 = 6;
 #[cfg(loom)]
 const HOLD_SPIN_ROUNDS: u32 = 1;
 
+/// The wide slot is empty.
+const NO_WIDE: u64 = u64::MAX;
+
 /// The sizes and bounds the core is built with (from `Config`, validated there).
 #[derive(Clone, Debug)]
 pub(crate) struct Limits {
@@ -89,6 +92,8 @@ pub(crate) struct Limits {
     pub(crate) max_weight_classes: u32,
     /// Weights whose classes exist from the start and are never freed (tiers).
     pub(crate) pinned_weights: Vec<u32>,
+    /// `max_in_flight` counts cost units (seats), not requests.
+    pub(crate) seats: bool,
 }
 
 #[derive(Default)]
@@ -175,6 +180,11 @@ pub(crate) struct Core<H> {
     admin: Mutex<()>,
     /// Requests queued and grants out: the global bound and the in-flight permits.
     permits: Permits,
+    /// The tenant of a wide request waiting for every permit (seats on): `class << 32 |
+    /// tenant`, or `NO_WIDE` (`permits.rs` explains the hand-off).
+    wide: CachePadded<AtomicU64>,
+    /// With seats on, the permit word counts seats: this counts the grants out (`stats`).
+    grants_out: CachePadded<AtomicU64>,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
     counters: Box<[CachePadded<Counters>]>,
@@ -208,6 +218,8 @@ impl<H: Hooks> Core<H> {
             weights: SharedPtr::new(WeightTable::new(limits.default_weight)),
             admin: Mutex::new(()),
             permits: Permits::new(limits.queue_capacity, limits.max_in_flight),
+            wide: CachePadded::new(AtomicU64::new(NO_WIDE)),
+            grants_out: CachePadded::new(AtomicU64::new(0)),
             clock: CachePadded::new(AtomicU64::new(0)),
             counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             limits,
@@ -546,15 +558,21 @@ impl<H: Hooks> Core<H> {
         self.hooks
             .blocked_due(now, &mut |t| self.place(t, None, false, now));
         // A read: the permit itself is taken with the grant (`Permits::grant`).
-        if self.permits.at_capacity() {
-            return NextGrant::AtCapacity;
+        match self.permits.capacity() {
+            Capacity::Free => {}
+            Capacity::Full => return NextGrant::AtCapacity,
+            Capacity::Wide => {
+                if let Some(answer) = self.serve_wide(now) {
+                    return answer;
+                }
+            }
         }
         // A class owed service out of turn (the starvation guard, off by default) goes first,
         // outside SWRR, so no SWRR credit changes.
         if let Some(class) = self.hooks.due_class(&self.classes.view(), now) {
             let total = self.classes.view().total();
             if let Some((t, new_visit)) = self.classes.take(class as usize) {
-                match self.serve(t, class, new_visit, total, now) {
+                match self.serve(t, class, new_visit, total, now, &mut None) {
                     Served::Grant(grant, _) => {
                         self.hooks.served_out_of_turn();
                         return NextGrant::Granted(grant);
@@ -578,7 +596,7 @@ impl<H: Hooks> Core<H> {
                 let Some((t, new_visit)) = self.take_tenant(class) else {
                     break None;
                 };
-                match self.serve(t, class as ClassId, new_visit, total, now) {
+                match self.serve(t, class as ClassId, new_visit, total, now, &mut None) {
                     Served::Spent if spent < SPENT_VISITS => spent += 1,
                     other => break Some(other),
                 }
@@ -626,9 +644,74 @@ impl<H: Hooks> Core<H> {
         None
     }
 
+    /// The permits a grant of `cost` takes: 1, or with seats on its cost (at least 1), at most
+    /// all of them.
+    #[inline]
+    fn width(&self, cost: u32) -> u64 {
+        if self.limits.seats {
+            u64::from(cost).clamp(1, self.permits.max())
+        } else {
+            1
+        }
+    }
+
+    /// Holds tenant `t` of `class`, whose head needs every permit, in the wide slot and stops
+    /// other grants until the permits out come back. False when another wide request waits
+    /// already (then `t` goes back to its class and tries again later).
+    fn hold_wide(&self, class: ClassId, t: SlotId) -> bool {
+        let held = u64::from(class) << 32 | u64::from(t);
+        // Release: the holder's writes to the tenant slot happen before the next holder's take
+        // (`serve_wide`), as for a ring push.
+        if self
+            .wide
+            .compare_exchange(NO_WIDE, held, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.permits.wait_wide();
+        true
+    }
+
+    /// A wide request waits: once no permit is out, takes them all and serves its tenant
+    /// (charged its SWRR steps, as a pick would have); until then, `AtCapacity`. `None` when it
+    /// granted nothing and the permits are free again: the caller picks as usual.
+    fn serve_wide(&self, now: u64) -> Option<NextGrant> {
+        let Some(seats) = self.permits.reserve_wide() else {
+            return Some(NextGrant::AtCapacity);
+        };
+        // Acquire: pairs with `hold_wide`'s Release (`reserve_wide`'s Acquire has seen the bit
+        // raised after that store).
+        let held = self.wide.swap(NO_WIDE, Ordering::AcqRel);
+        debug_assert!(held != NO_WIDE, "the wide bit without a wide tenant");
+        if held == NO_WIDE {
+            self.permits.ungrant(seats);
+            return None;
+        }
+        let (class, t) = ((held >> 32) as ClassId, held as SlotId);
+        let total = self.classes.view().total();
+        let mut reserved = Some(seats);
+        let served = self.serve(t, class, false, total, now, &mut reserved);
+        if let Some(seats) = reserved {
+            // Not granted with them (its head was cancelled or expired meanwhile).
+            self.permits.ungrant(seats);
+        }
+        match served {
+            Served::Grant(grant, cost) => {
+                self.classes.charge(class as usize, i64::from(cost.max(1)));
+                Some(NextGrant::Granted(grant))
+            }
+            Served::Expired(expired) => Some(NextGrant::Expired(expired)),
+            Served::AtCapacity => Some(NextGrant::AtCapacity),
+            Served::Nothing | Served::Spent => None,
+        }
+    }
+
     /// Serves the tenant `t`, just taken from class `class`: sweeps dead heads, reports an expired
     /// one, parks a not-ready one, else grants its head if its DRR credit covers the cost.
     /// `total` is the SWRR weight of the pick (the ready weight), for the fairness indicators.
+    /// `reserved`: permits already taken for this tenant's head (a wide request's, from
+    /// `serve_wide`); a grant uses them, and what is left in it the caller gives back.
     fn serve(
         &self,
         t: SlotId,
@@ -636,6 +719,7 @@ impl<H: Hooks> Core<H> {
         mut new_visit: bool,
         total: i64,
         now: u64,
+        reserved: &mut Option<u64>,
     ) -> Served {
         let slot = self.tenants.slot(t);
         loop {
@@ -700,17 +784,39 @@ impl<H: Hooks> Core<H> {
                 return Served::Spent;
             }
             // The permit: one CAS (the request's global place stays counted until it ends).
-            if self.permits.grant().is_err() {
+            let width = self.width(cost);
+            let permitted = match reserved.take() {
+                Some(seats) => {
+                    self.permits.trim_reserved(seats, width);
+                    Ok(())
+                }
+                None => self.permits.grant(width),
+            };
+            if permitted.is_err() {
                 if let Some(u) = self.hooks.unadmit(fields.downstream) {
                     self.place(u, None, false, now);
+                }
+                if width == self.permits.max() && self.limits.seats && self.hold_wide(class, t) {
+                    // It needs every permit: it waits for them in the wide slot, and no other
+                    // grant starts meanwhile.
+                    return Served::AtCapacity;
                 }
                 // Its credit covers the head: it stays next in its class.
                 self.classes.put_back(class, t, true, slot);
                 return Served::AtCapacity;
             }
+            if self.limits.seats {
+                // Relaxed: a gauge. Counted before the ticket can be ended (a cancel may end it
+                // the moment it is granted), so the count never reads below zero.
+                self.grants_out.fetch_add(1, Ordering::Relaxed);
+            }
             if !self.tickets.transition(head, QUEUED, GRANTED) {
                 // A cancel won, and gave the request's place back itself.
-                self.permits.ungrant();
+                self.permits.ungrant(width);
+                if self.limits.seats {
+                    // Relaxed: a gauge.
+                    self.grants_out.fetch_sub(1, Ordering::Relaxed);
+                }
                 if let Some(u) = self.hooks.unadmit(fields.downstream) {
                     self.place(u, None, false, now);
                 }
@@ -882,7 +988,7 @@ impl<H: Hooks> Core<H> {
                     return Err(refused_state());
                 }
                 self.correct_cost(t, fields.cost, actual_cost);
-                self.end_grant(fields.downstream, now);
+                self.end_grant(fields.cost, fields.downstream, now);
                 self.tenants.release_live(t, 1, now);
                 bump(&self.shard(spread).completed);
                 return Ok(Completion::Completed);
@@ -893,7 +999,7 @@ impl<H: Hooks> Core<H> {
         }
         // We own the ticket exclusively until we end or publish it.
         self.correct_cost(t, fields.cost, actual_cost);
-        self.end_grant(fields.downstream, now);
+        self.end_grant(fields.cost, fields.downstream, now);
         let waited_ns = now.saturating_sub(fields.enqueued_at);
         let refused = |reason: Reason, position: u32| {
             self.hooks
@@ -938,9 +1044,16 @@ impl<H: Hooks> Core<H> {
         })
     }
 
-    /// A grant to `downstream` ended: its permits go back, and a feature may hand back a tenant.
-    fn end_grant(&self, downstream: u32, now: u64) {
-        self.permits.release();
+    /// A grant of `cost` to `downstream` ended: its permits go back, and a feature may hand back
+    /// a tenant.
+    fn end_grant(&self, cost: u32, downstream: u32, now: u64) {
+        if self.limits.seats {
+            self.permits.release(self.width(cost));
+            // Relaxed: a gauge.
+            self.grants_out.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.permits.release(1);
+        }
         if let Some(u) = self.hooks.released(downstream) {
             self.place(u, None, false, now);
         }
@@ -998,7 +1111,7 @@ impl<H: Hooks> Core<H> {
                 self.unreserve(t);
                 self.hooks.queued(fields.downstream, -1);
             } else {
-                self.end_grant(fields.downstream, now);
+                self.end_grant(fields.cost, fields.downstream, now);
             }
             if reason == Reason::DeadlineExceeded {
                 // Before the release below: the slot is still pinned by this ticket.
@@ -1268,7 +1381,11 @@ impl<H: Hooks> Core<H> {
 
     /// A snapshot of gauges and counters. Reads every tenant slot (O(`max_tenants`)).
     pub(crate) fn stats(&self) -> Stats {
-        let (queued, in_flight) = self.permits.load();
+        let (queued, mut in_flight) = self.permits.load();
+        if self.limits.seats {
+            // Relaxed: a gauge (the permit word counts seats).
+            in_flight = self.grants_out.load(Ordering::Relaxed);
+        }
         let mut stats = Stats {
             queued,
             in_flight,

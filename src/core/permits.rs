@@ -2,7 +2,16 @@
 //! the queued ones) and grants out (the in-flight permits, at most `max_in_flight`), packed in
 //! one word.
 //!
-//! The word is `admitted << 32 | in_flight`; queued is `admitted - in_flight`. A grant takes its
+//! The word is `admitted << 32 | in_flight`; queued is `admitted - in_flight`. With seats on, a
+//! grant of width `w` (its cost, at most `max_in_flight`) takes `w` permits and adds `w - 1` to
+//! `admitted` as well, so `admitted - in_flight` still counts the queued requests.
+//!
+//! A request as wide as the whole limit (seats on) runs alone. When its grant finds permits out,
+//! it raises `WIDE`, a bit of the in-flight half: every other grant then reads the count above
+//! the limit and fails, so the permits out drain and nothing else starts. Its tenant waits in
+//! the core's wide slot, stored there before the bit is raised (Release), and the first
+//! `next_grant` that finds the bit with no permit out takes all the permits with one CAS that
+//! clears it (Acquire: it sees the slot) and serves that tenant (loom model `in_flight::seats`). A grant takes its
 //! permit with one CAS that checks the bound and leaves `admitted` alone, so `next_grant` writes
 //! nothing shared before it has a head to grant, and nothing at all when it answers `AtCapacity`
 //! or `Empty`; ending a grant takes both back with one RMW. Each bound is checked inside its CAS,
@@ -13,8 +22,31 @@
 use crate::sync::{AtomicU64, CachePadded, Ordering};
 
 const IN_FLIGHT_ONE: u64 = 1;
-const IN_FLIGHT_MASK: u64 = 0xFFFF_FFFF;
+/// The in-flight half, `WIDE` included (it reads as a count above any limit).
+const IN_FLIGHT_HALF: u64 = 0xFFFF_FFFF;
+/// A request that needs every permit waits for them (module docs). Limits are far below it.
+const WIDE: u64 = 1 << 31;
+/// The permits out.
+const IN_FLIGHT_MASK: u64 = WIDE - 1;
 const ADMITTED_ONE: u64 = 1 << 32;
+
+/// What one grant of `width` permits adds to the word: `width` in flight, and `width - 1` more
+/// admitted (so queued, `admitted - in_flight`, loses exactly the one request granted).
+#[inline]
+fn granted(width: u64) -> u64 {
+    width + ((width - 1) << 32)
+}
+
+/// What `next_grant` can do now, from one read of the word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Capacity {
+    /// A permit is free.
+    Free,
+    /// Every permit is out.
+    Full,
+    /// A request that needs every permit waits for them.
+    Wide,
+}
 
 /// Why a grant could not take its permit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,50 +102,124 @@ impl Permits {
         debug_assert!(before >> 32 > 0, "queued count below zero");
     }
 
-    /// Whether every permit is out now (a read: `next_grant` answers `AtCapacity` without a
+    /// Whether a permit is free now (a read: `next_grant` answers `AtCapacity` without a
     /// write; `grant` re-checks inside its CAS).
-    pub(crate) fn at_capacity(&self) -> bool {
-        // Relaxed: a hint; `grant` decides.
-        self.word.load(Ordering::Relaxed) & IN_FLIGHT_MASK >= self.max_in_flight
+    #[inline]
+    pub(crate) fn capacity(&self) -> Capacity {
+        // Relaxed: a hint; `grant` and `reserve_wide` decide.
+        let low = self.word.load(Ordering::Relaxed) & IN_FLIGHT_HALF;
+        if low < self.max_in_flight {
+            Capacity::Free
+        } else if low & WIDE != 0 {
+            Capacity::Wide
+        } else {
+            Capacity::Full
+        }
     }
 
-    /// A queued request is about to be granted: takes a permit, if one is free. Its place in
-    /// `admitted` stays until the grant ends (`release`).
-    pub(crate) fn grant(&self) -> Result<(), AtCapacity> {
+    /// The limit, in permits.
+    pub(crate) fn max(&self) -> u64 {
+        self.max_in_flight
+    }
+
+    /// A queued request is about to be granted: takes `width` permits (1 unless seats are on),
+    /// if they are free and no wide request waits. Its place in `admitted` stays until the grant
+    /// ends (`release`).
+    pub(crate) fn grant(&self, width: u64) -> Result<(), AtCapacity> {
+        debug_assert!((1..=self.max_in_flight).contains(&width));
         #[cfg(fairq_broken)]
         if crate::broken::on(crate::broken::Break::Permit) {
             // Broken on purpose: check, then store; two callers can both pass the check.
             let word = self.word.load(Ordering::Relaxed);
-            if word & IN_FLIGHT_MASK >= self.max_in_flight {
+            if (word & IN_FLIGHT_HALF) + width > self.max_in_flight {
                 return Err(AtCapacity);
             }
             self.word
-                .store(word.wrapping_add(IN_FLIGHT_ONE), Ordering::Relaxed);
+                .store(word.wrapping_add(granted(width)), Ordering::Relaxed);
             return Ok(());
         }
-        if self.update(|w| w & IN_FLIGHT_MASK < self.max_in_flight, IN_FLIGHT_ONE) {
+        // `WIDE` counts as far above the limit, so a waiting wide request stops this check.
+        if self.update(
+            |w| (w & IN_FLIGHT_HALF) + width <= self.max_in_flight,
+            granted(width),
+        ) {
             Ok(())
         } else {
             Err(AtCapacity)
         }
     }
 
-    /// Undoes `grant` for a head that was not granted after all (a cancel ended it first, and
-    /// gave its place back itself): the permit goes back.
-    pub(crate) fn ungrant(&self) {
-        // Relaxed: see `update`.
-        let before = self.word.fetch_sub(IN_FLIGHT_ONE, Ordering::Relaxed);
-        debug_assert!(before & IN_FLIGHT_MASK > 0, "in-flight count below zero");
+    /// A wide request (it needs every permit) found permits out and its tenant is now in the
+    /// core's wide slot: raise `WIDE`, so no other grant starts. Release: the slot's store
+    /// happens before the bit is seen (`reserve_wide`). Only the slot's owner raises it.
+    pub(crate) fn wait_wide(&self) {
+        let before = self.word.fetch_or(WIDE, Ordering::Release);
+        debug_assert!(before & WIDE == 0, "two wide requests waiting at once");
     }
 
-    /// A grant ended: its permit and its place go back.
-    pub(crate) fn release(&self) {
+    /// Takes every permit for the waiting wide request, if none is out, clearing `WIDE` in the
+    /// same CAS. Acquire: pairs with `wait_wide`, so the caller sees the wide slot's tenant.
+    /// Returns the permits taken; the caller grants with them (`trim_reserved`) or gives them
+    /// back (`ungrant`).
+    pub(crate) fn reserve_wide(&self) -> Option<u64> {
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            #[cfg(fairq_broken)]
+            let ready = if crate::broken::on(crate::broken::Break::Seats) {
+                // Broken on purpose: only looks for the bit, not for the permits still out.
+                word & WIDE != 0
+            } else {
+                word & IN_FLIGHT_HALF == WIDE
+            };
+            #[cfg(not(fairq_broken))]
+            let ready = word & IN_FLIGHT_HALF == WIDE;
+            if !ready {
+                return None; // permits still out, or no wide request waits
+            }
+            let next = (word & !WIDE).wrapping_add(granted(self.max_in_flight));
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(self.max_in_flight),
+                Err(seen) => word = seen,
+            }
+        }
+    }
+
+    /// A grant of `width` made with `reserved` permits taken by `reserve_wide`: the permits it
+    /// does not need go back.
+    pub(crate) fn trim_reserved(&self, reserved: u64, width: u64) {
+        debug_assert!(width <= reserved);
+        if width < reserved {
+            // Relaxed: see `update`.
+            self.word
+                .fetch_sub(granted(reserved) - granted(width), Ordering::Relaxed);
+        }
+    }
+
+    /// Undoes `grant` (or `reserve_wide`) of `width` permits for a head that was not granted
+    /// after all (a cancel ended it first, and gave its place back itself): they go back.
+    pub(crate) fn ungrant(&self, width: u64) {
+        // Relaxed: see `update`.
+        let before = self.word.fetch_sub(granted(width), Ordering::Relaxed);
+        debug_assert!(
+            before & IN_FLIGHT_MASK >= width,
+            "in-flight count below zero"
+        );
+    }
+
+    /// A grant of `width` permits ended: its permits and its place go back.
+    pub(crate) fn release(&self, width: u64) {
         // Relaxed: see `update`.
         let before = self
             .word
-            .fetch_sub(ADMITTED_ONE + IN_FLIGHT_ONE, Ordering::Relaxed);
-        debug_assert!(before & IN_FLIGHT_MASK > 0, "in-flight count below zero");
-        debug_assert!(before >> 32 > 0, "admitted count below zero");
+            .fetch_sub(width * (ADMITTED_ONE + IN_FLIGHT_ONE), Ordering::Relaxed);
+        debug_assert!(
+            before & IN_FLIGHT_MASK >= width,
+            "in-flight count below zero"
+        );
+        debug_assert!(before >> 32 >= width, "admitted count below zero");
     }
 
     /// `(queued, in_flight)` now, read together.

@@ -476,6 +476,28 @@ pub unsafe extern "C" fn fairq_engine_builder_set_indicator_top_k(
     })
 }
 
+/// Seats: `max_in_flight` counts cost units instead of requests. A grant takes its request's
+/// cost in permits (at least 1) and `fairq_complete` or `fairq_cancel` gives the same number
+/// back. A request whose cost is `max_in_flight` or more runs alone: once it is next, no other
+/// grant starts until the grants out have ended. Off by default.
+///
+/// # Safety
+/// `builder` must be NULL or a live builder.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_engine_builder_set_seats(
+    builder: *mut fairq_engine_builder,
+    on: bool,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live builder, by contract.
+        let builder = unsafe { builder_mut(builder) }?;
+        builder.update(|c| {
+            c.seats = on;
+            Ok(())
+        })
+    })
+}
+
 /// Builds an engine from the builder's configuration and writes it to `*engine_out`; the
 /// builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
 ///
