@@ -12,7 +12,8 @@
 //! - a ticket goes queued -> granted -> ended, or granted -> queued on a requeue, and ends
 //!   exactly once; a grant is for a queued ticket whose Retry-After has passed, with the
 //!   enqueued tenant, user data and cost;
-//! - in-flight never exceeds `max_in_flight`, queued never exceeds `queue_capacity`, no tenant
+//! - in-flight never exceeds `max_in_flight` (with seats on, the permits the grants hold: each
+//!   its cost, 1..=`max_in_flight`), queued never exceeds `queue_capacity`, no tenant
 //!   holds more than `tenant_queue_capacity` queued, and a refusal for a full queue comes only
 //!   when live requests fill it;
 //! - `fairq_get_stats` agrees with the ledger counter by counter, its conservation law holds,
@@ -246,6 +247,8 @@ struct ConfigSpec {
     max_weight_classes: Option<Num32>,
     max_wait_ms: Option<Millis>,
     tenant_idle_ms: Option<Millis>,
+    /// Seats on (`fairq_engine_builder_set_seats`): `max_in_flight` counts cost units.
+    seats: bool,
 }
 
 impl ConfigSpec {
@@ -661,6 +664,8 @@ fn not_before(now: u64, retry_after: u64) -> u64 {
 struct World {
     engine: *mut fairq_engine,
     config: fairq_config,
+    /// `max_in_flight` counts cost units (each grant takes its cost, 1..=max_in_flight).
+    seats: bool,
     enabled: bool,
     tickets: HashMap<u64, Entry>,
     /// Every ticket issued, in issue order.
@@ -749,7 +754,10 @@ fn small(mut c: fairq_config) -> fairq_config {
 
 /// Checks a config and makes an engine from it through every pointer path; returns a live
 /// engine (from a default config when this one is invalid).
-fn make_engine(spec: &ConfigSpec, scratch: &mut Scratch) -> (*mut fairq_engine, fairq_config) {
+fn make_engine(
+    spec: &ConfigSpec,
+    scratch: &mut Scratch,
+) -> (*mut fairq_engine, fairq_config, bool) {
     let config = spec.build();
     let mut msg = [0x55 as c_char; 256];
     // SAFETY: `config` is initialised; `msg` is writable for its length.
@@ -801,7 +809,23 @@ fn make_engine(spec: &ConfigSpec, scratch: &mut Scratch) -> (*mut fairq_engine, 
     );
     if rc == FAIRQ_OK {
         assert!(!engine.is_null());
-        return (engine, config);
+        if spec.seats {
+            // The same config through the builder, with seats on.
+            // SAFETY: `engine` is live and ours; the builder calls get valid pointers.
+            unsafe {
+                fairq_engine_free(engine);
+                let mut builder = null_mut();
+                assert_eq!(
+                    fairq_engine_builder_new(&config, &mut builder, null_mut(), 0),
+                    FAIRQ_OK
+                );
+                assert_eq!(fairq_engine_builder_set_seats(builder, true), FAIRQ_OK);
+                engine = null_mut();
+                assert_eq!(fairq_engine_builder_build(builder, &mut engine), FAIRQ_OK);
+                fairq_engine_builder_free(builder);
+            }
+        }
+        return (engine, config, spec.seats);
     }
     assert!(
         engine.is_null(),
@@ -818,21 +842,23 @@ fn make_engine(spec: &ConfigSpec, scratch: &mut Scratch) -> (*mut fairq_engine, 
         max_weight_classes: Some(Num32::Small(3)),
         max_wait_ms: None,
         tenant_idle_ms: None,
+        seats: false,
     };
     let config = fallback.build();
     // SAFETY: as above.
     let rc = unsafe { fairq_engine_new(&config, &mut engine) };
     assert_eq!(rc, FAIRQ_OK);
-    (engine, config)
+    (engine, config, false)
 }
 
 impl World {
     fn new(spec: &ConfigSpec) -> World {
         let mut a = Scratch::new();
-        let (engine, config) = make_engine(spec, &mut a);
+        let (engine, config, seats) = make_engine(spec, &mut a);
         World {
             engine,
             config,
+            seats,
             enabled: config.enabled,
             tickets: HashMap::new(),
             issued: Vec::new(),
@@ -907,6 +933,19 @@ impl World {
             .count() as u64
     }
 
+    /// Permits the grants out hold: one each, or with seats their costs (1..=max_in_flight).
+    fn permits_out(&self) -> u64 {
+        if !self.seats {
+            return self.granted();
+        }
+        let max = u64::from(self.config.max_in_flight);
+        self.tickets
+            .values()
+            .filter(|e| e.st == St::Granted)
+            .map(|e| u64::from(e.cost).clamp(1, max))
+            .sum()
+    }
+
     fn tenant_count(&self, tenant: u64, st: St) -> u64 {
         self.tickets
             .values()
@@ -924,10 +963,11 @@ impl World {
     }
 
     fn check_bounds(&self) {
-        let (queued, granted) = (self.queued(), self.granted());
+        let (queued, granted) = (self.queued(), self.permits_out());
         assert!(
             granted <= u64::from(self.config.max_in_flight),
-            "{granted} grants out, max_in_flight {}",
+            "{granted} permits out (seats {}), max_in_flight {}",
+            self.seats,
             self.config.max_in_flight
         );
         assert!(
@@ -1388,6 +1428,12 @@ impl World {
         );
         match rc {
             FAIRQ_OK | FAIRQ_EXPIRED => {}
+            FAIRQ_AT_CAPACITY if self.seats => {
+                // The next grant needs more permits than are free, or a request as wide as the
+                // limit waits for every permit: either way one is out.
+                assert!(self.granted() >= 1, "AT_CAPACITY with nothing out (seats)");
+                return None;
+            }
             FAIRQ_AT_CAPACITY => {
                 assert_eq!(
                     self.granted(),
@@ -1434,7 +1480,7 @@ impl World {
             self.counts.granted += 1;
             *self.tenant_grants.entry(entry.tenant).or_default() += 1;
             assert!(
-                self.granted() <= u64::from(self.config.max_in_flight),
+                self.permits_out() <= u64::from(self.config.max_in_flight),
                 "a grant past max_in_flight"
             );
         } else {
