@@ -296,6 +296,12 @@ impl Engine {
         self.core.stats()
     }
 
+    /// With seats on (`Config::seats`), the permits (cost units) the grants out hold now, at
+    /// most `max_in_flight`; `None` when seats are off (then each grant holds one).
+    pub fn seats_in_flight(&self) -> Option<u64> {
+        self.core.seats_in_flight()
+    }
+
     /// One tenant's indicators, if it holds a slot (and the indicators are on). Reads the
     /// monotonic clock.
     pub fn tenant_indicators(&self, key: TenantKey) -> Option<TenantIndicators> {

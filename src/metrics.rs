@@ -16,7 +16,8 @@
 //!   every reason code, the five queue reasons, the immediate ones (`not_queueable`, `no_tenant`,
 //!   `disabled`) and `cancelled` (a client's cancel; leave it out of refusal-rate queries).
 //!
-//! Also: `rate_limit_fair_queue_in_flight` (gauge); the fairness indicators of the top
+//! Also: `rate_limit_fair_queue_in_flight` (gauge), and with seats on
+//! `rate_limit_fair_queue_seats_in_flight` (gauge); the fairness indicators of the top
 //! `indicator_top_k` tenants by requests (`rate_limit_fair_queue_tenant_*{tenant_dimension,
 //! tenant}`, `tenant` being the 16-hex-digit tenant key, never a raw identifier) and their
 //! min/max over every tenant (`rate_limit_fair_queue_fair_share_ratio{stat}` etc.); and, when
@@ -73,6 +74,15 @@ impl Render<'_> {
             "Grants out now (admission attempts).",
         );
         sample(out, "in_flight", "", stats.in_flight as f64);
+        if let Some(seats) = engine.seats_in_flight() {
+            family(
+                out,
+                "seats_in_flight",
+                "gauge",
+                "Permits (cost units) the grants out hold now, with seats on.",
+            );
+            sample(out, "seats_in_flight", "", seats as f64);
+        }
 
         // Observed by the fairness indicators: absent when they are off.
         if let Some(wait) = engine.wait_histogram() {

@@ -99,6 +99,7 @@ fn widths_one_and_two_never_pass_the_limit_with_concurrent_callers() {
     }
     let worst = worst.load(Ordering::SeqCst);
     assert!(worst <= u64::from(LIMIT), "{worst} seats out at once");
+    assert_eq!(engine.seats_in_flight(), Some(0), "every seat came back");
     assert!(worst >= 2, "the callers never overlapped ({worst})");
     let stats = engine.stats();
     assert_eq!(stats.in_flight, 0, "{stats:?}");
@@ -185,6 +186,16 @@ fn a_request_wider_than_the_limit_runs_alone_and_is_not_starved() {
                 NextGrant::Granted(g) if g.ticket == big => {
                     assert_eq!(g.cost, 7);
                     assert_eq!(engine.stats().in_flight, 1, "the only grant out");
+                    assert_eq!(
+                        engine.seats_in_flight(),
+                        Some(u64::from(LIMIT)),
+                        "all 6 seats"
+                    );
+                    let text = engine.prometheus_text();
+                    assert!(
+                        text.contains("rate_limit_fair_queue_seats_in_flight 6\n"),
+                        "the seats gauge"
+                    );
                     assert!(
                         out.is_empty(),
                         "granted with {} grants still out",
@@ -281,4 +292,8 @@ fn without_seats_a_grant_takes_one_permit() {
     }
     assert_eq!(n, LIMIT);
     assert_eq!(engine.stats().in_flight, u64::from(LIMIT));
+    assert_eq!(engine.seats_in_flight(), None);
+    assert!(!engine
+        .prometheus_text()
+        .contains("rate_limit_fair_queue_seats_in_flight"));
 }

@@ -1380,6 +1380,11 @@ impl<H: Hooks> Core<H> {
     }
 
     /// A snapshot of gauges and counters. Reads every tenant slot (O(`max_tenants`)).
+    /// With seats on, the permits the grants out hold now.
+    pub(crate) fn seats_in_flight(&self) -> Option<u64> {
+        self.limits.seats.then(|| self.permits.load().1)
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         let (queued, mut in_flight) = self.permits.load();
         if self.limits.seats {
