@@ -1,0 +1,162 @@
+//! Start-up: weights 8/4/2/1 sharing 15 permits, closed-loop clients that all arrive in the
+//! first milliseconds. The split of the grants over the first 60 s (virtual clock) must be
+//! within 1% of 8:4:2:1 of each tenant's share.
+//!
+//! `cargo test --release -p fairq-cli --test startup -- --nocapture --include-ignored` prints
+//! the measured split.
+//!
+//! Not met yet, so the test is ignored: each of the first 15 arrivals finds the queue empty and
+//! is granted at once as the only ready class, which SWRR does not charge, so the first round
+//! goes out in arrival order. With 1 s service (900 grants in the minute) weight 1 gets +5.0%
+//! and weight 8 -1.0%; with 0.2-1.8 s, +4.6% and -0.8%; with 10 ms service every weight is
+//! within 0.1%. Charging those grants means counting, in the SWRR pick, the classes whose
+//! tenants have requests in flight, not only the ready ones, with a bound on what an idle class
+//! may bank.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey, Ticket};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+const WEIGHTS: [u32; 4] = [8, 4, 2, 1];
+const PERMITS: u32 = 15;
+/// Clients per tenant: each tenant alone could hold every permit, so all stay backlogged.
+const CLIENTS: u32 = 16;
+const RUN: u64 = 60 * SEC;
+
+/// splitmix64, seeded: every run is the same.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Event {
+    /// A client sends its request.
+    Send { tenant: usize },
+    /// A grant's service ends.
+    Done { ticket: u64 },
+}
+
+/// Runs the start-up with `service` drawing each grant's service time; returns grants per
+/// tenant over the first 60 s.
+fn run(seed: u64, service: impl Fn(&mut Rng) -> u64) -> [u64; 4] {
+    let engine = Engine::new(Config {
+        enabled: true,
+        max_tenants: 16,
+        tenant_queue_capacity: CLIENTS,
+        queue_capacity: 4 * CLIENTS,
+        max_in_flight: PERMITS,
+        max_wait_ms: 3_600_000,
+        ..Config::default()
+    })
+    .unwrap();
+    let keys: Vec<TenantKey> = (0..WEIGHTS.len())
+        .map(|i| TenantKey::from_raw(format!("tenant-{i}").as_bytes()))
+        .collect();
+    for (key, &w) in keys.iter().zip(&WEIGHTS) {
+        engine.set_weight_key(*key, w).unwrap();
+    }
+    let mut rng = Rng(seed);
+    let mut events = BinaryHeap::new();
+    // Every client arrives within the first 5 ms, in random order.
+    for tenant in 0..WEIGHTS.len() {
+        for _ in 0..CLIENTS {
+            events.push(Reverse((rng.below(5 * MS), Event::Send { tenant })));
+        }
+    }
+    let mut owner: HashMap<u64, usize> = HashMap::new();
+    let mut grants = [0u64; 4];
+    while let Some(Reverse((now, event))) = events.pop() {
+        if now >= RUN {
+            break;
+        }
+        match event {
+            Event::Send { tenant } => {
+                let request = Request {
+                    user_data: tenant as u64,
+                    ..Request::new(keys[tenant], Dimension::User)
+                };
+                match engine.enqueue_at(&request, now) {
+                    Ok(Enqueued::Queued { ticket, .. }) => {
+                        owner.insert(ticket.0, tenant);
+                    }
+                    other => panic!("refused: {other:?}"),
+                }
+            }
+            Event::Done { ticket } => {
+                let tenant = owner.remove(&ticket).unwrap();
+                engine
+                    .complete_at(Ticket(ticket), Outcome::Admitted, None, now)
+                    .unwrap();
+                // Closed loop: the client sends its next request at once.
+                events.push(Reverse((now, Event::Send { tenant })));
+            }
+        }
+        loop {
+            match engine.next_grant_at(now) {
+                NextGrant::Granted(g) => {
+                    let tenant = g.user_data as usize;
+                    grants[tenant] += 1;
+                    let ticket = g.ticket.0;
+                    owner.insert(ticket, tenant);
+                    events.push(Reverse((now + service(&mut rng), Event::Done { ticket })));
+                }
+                NextGrant::Empty | NextGrant::AtCapacity => break,
+                NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
+            }
+        }
+    }
+    grants
+}
+
+fn check(what: &str, grants: [u64; 4]) -> Vec<String> {
+    let total: u64 = grants.iter().sum();
+    let weight_sum: u32 = WEIGHTS.iter().sum();
+    let mut bad = Vec::new();
+    let mut line = format!("{what}: {total} grants;");
+    for (i, &g) in grants.iter().enumerate() {
+        let want = f64::from(WEIGHTS[i]) / f64::from(weight_sum);
+        let got = g as f64 / total as f64;
+        let off = got / want - 1.0;
+        line += &format!(" w{} {:+.2}%", WEIGHTS[i], 100.0 * off);
+        if off.abs() > 0.01 {
+            bad.push(format!(
+                "{what}: weight {} off by {:+.2}%",
+                WEIGHTS[i],
+                100.0 * off
+            ));
+        }
+    }
+    println!("{line}");
+    bad
+}
+
+#[test]
+#[ignore = "not met yet: the first grants are not charged (module docs give the numbers)"]
+fn the_first_minute_splits_by_weight() {
+    let mut bad = Vec::new();
+    // Fixed service of 1 s: 900 grants in the minute, the first 15 in arrival order.
+    bad.extend(check("service 1 s", run(1, |_| SEC)));
+    // Service 200..=1800 ms, uniform.
+    bad.extend(check(
+        "service 0.2-1.8 s",
+        run(2, |r| 200 * MS + r.below(1600 * MS)),
+    ));
+    // Service 10 ms: 90,000 grants.
+    bad.extend(check("service 10 ms", run(3, |_| 10 * MS)));
+    assert!(bad.is_empty(), "{bad:#?}");
+}
