@@ -34,6 +34,9 @@ pub enum Break {
     Compact,
     /// The permits for a waiting wide request are taken while other permits are still out.
     Seats,
+    /// A wide request just held answers `AtCapacity` without looking whether the grants out
+    /// ended meanwhile.
+    Held,
 }
 
 thread_local! {

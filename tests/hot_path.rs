@@ -13,6 +13,16 @@ use common::alloc::counting;
 
 #[test]
 fn hot_path_allocates_nothing() {
+    allocates_nothing(false);
+}
+
+/// With seats on: costs 1..=4 on a limit of 4, so cost-4 requests take the wide slot.
+#[test]
+fn hot_path_allocates_nothing_with_seats() {
+    allocates_nothing(true);
+}
+
+fn allocates_nothing(seats: bool) {
     let engine = engine(Config {
         max_tenants: 256,
         tenant_queue_capacity: 8,
@@ -20,6 +30,7 @@ fn hot_path_allocates_nothing() {
         max_in_flight: 4,
         max_wait_ms: 50,
         tenant_idle_ms: 0,
+        seats,
         ..Config::default()
     });
     let keys: Vec<TenantKey> = (0..300)

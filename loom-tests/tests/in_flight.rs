@@ -187,10 +187,20 @@ fn seats_model() {
         },
         0,
     );
-    assert!(
-        matches!(engine.next_grant_at(0), NextGrant::AtCapacity),
-        "the wide request must wait for the permit out"
-    );
+    match engine.next_grant_at(0) {
+        NextGrant::AtCapacity => {}
+        NextGrant::Granted(g) => {
+            // Only with a permit still out: the seat bound (checked now, on one thread).
+            hold(&engine, &seats, &g);
+            let worst = worst.load(Ordering::SeqCst);
+            assert!(
+                worst <= SEATS,
+                "seat bound broken: {worst} seats out at once"
+            );
+            panic!("the wide request must wait for the permit out");
+        }
+        other => panic!("the wide request must wait for the permit out: {other:?}"),
+    }
 
     let completer = {
         let (engine, seats) = (Arc::clone(&engine), Arc::clone(&seats));
@@ -265,6 +275,73 @@ fn seats_model() {
 #[test]
 fn seats_stay_within_the_limit_and_a_wide_request_runs_alone() {
     check("in_flight::seats", seats_model);
+}
+
+/// Seats, 2 permits: tenant B holds one, tenant A's cost-2 request is queued. At once: a
+/// granter asks for a grant (A's request is next and needs both permits), and the holder ends
+/// B's grant and asks for one too. Whatever the interleaving, one of the two calls grants A's
+/// request: a granter that holds it in the wide slot after the permit came back must not
+/// answer `AtCapacity`, since no completion would come back for it.
+fn seats_wide_not_left_model() {
+    let engine = Arc::new(
+        Engine::new(fairq::Config {
+            max_in_flight: 2,
+            seats: true,
+            ..tiny_config()
+        })
+        .unwrap(),
+    );
+    enqueue(&engine, &request(tenant_b()), 0);
+    let g1 = match engine.next_grant_at(0) {
+        NextGrant::Granted(g) => g,
+        other => panic!("the first grant failed: {other:?}"),
+    };
+    let wide = enqueue(
+        &engine,
+        &fairq::Request {
+            cost: 2,
+            ..request(tenant_a())
+        },
+        0,
+    );
+    let completer = {
+        let engine = Arc::clone(&engine);
+        thread::spawn(move || {
+            engine
+                .complete_at(g1.ticket, Outcome::Admitted, None, 1)
+                .unwrap();
+            engine.next_grant_at(1)
+        })
+    };
+    let mine = engine.next_grant_at(1);
+    let theirs = completer.join().unwrap();
+    let granted = [&mine, &theirs]
+        .iter()
+        .filter(|answer| matches!(answer, NextGrant::Granted(g) if g.ticket == wide))
+        .count();
+    assert_eq!(
+        granted, 1,
+        "the wide request was left waiting with no grant out: {mine:?} / {theirs:?}"
+    );
+}
+
+#[test]
+fn seats_a_held_wide_request_is_not_left_waiting() {
+    check("in_flight::seats_wide_not_left", seats_wide_not_left_model);
+}
+
+/// A held wide request answers `AtCapacity` although the grant out ended meanwhile.
+#[cfg(fairq_broken)]
+#[test]
+#[should_panic(expected = "left waiting")]
+fn broken_held_is_caught() {
+    use fairq::broken::{with, Break};
+    with(Break::Held, || {
+        check(
+            "in_flight::seats_wide_not_left [broken]",
+            seats_wide_not_left_model,
+        )
+    });
 }
 
 /// The wide request's permits taken while another permit is still out: the seat bound breaks.

@@ -166,6 +166,18 @@ enum Served {
     Spent,
     /// Every permit was out when it came to granting: the tenant was put back.
     AtCapacity,
+    /// Its head needs every permit and some were out: the tenant waits in the wide slot.
+    Held,
+}
+
+/// What serving the wide slot came to.
+enum Wide {
+    /// `next_grant`'s answer.
+    Answer(NextGrant),
+    /// Nothing granted, the permits free again: pick as usual.
+    Pick,
+    /// A wide request was held again: look again.
+    Again,
 }
 
 /// The scheduler core, with the features `H` plugged into its seam.
@@ -557,15 +569,26 @@ impl<H: Hooks> Core<H> {
             .advance(&self.tenants, now, |t| self.place(t, None, false, now));
         self.hooks
             .blocked_due(now, &mut |t| self.place(t, None, false, now));
+        loop {
+            // Again only after a wide request was just held: if the grants out ended meanwhile,
+            // no completion will come back for it, so the next round serves it now.
+            if let Some(answer) = self.grant_once(now) {
+                return answer;
+            }
+        }
+    }
+
+    /// One round of `next_grant`; `None` when a wide request was just held (look again).
+    fn grant_once(&self, now: u64) -> Option<NextGrant> {
         // A read: the permit itself is taken with the grant (`Permits::grant`).
         match self.permits.capacity() {
             Capacity::Free => {}
-            Capacity::Full => return NextGrant::AtCapacity,
-            Capacity::Wide => {
-                if let Some(answer) = self.serve_wide(now) {
-                    return answer;
-                }
-            }
+            Capacity::Full => return Some(NextGrant::AtCapacity),
+            Capacity::Wide => match self.serve_wide(now) {
+                Wide::Answer(answer) => return Some(answer),
+                Wide::Pick => {}
+                Wide::Again => return None,
+            },
         }
         // A class owed service out of turn (the starvation guard, off by default) goes first,
         // outside SWRR, so no SWRR credit changes.
@@ -575,10 +598,11 @@ impl<H: Hooks> Core<H> {
                 match self.serve(t, class, new_visit, total, now, &mut None) {
                     Served::Grant(grant, _) => {
                         self.hooks.served_out_of_turn();
-                        return NextGrant::Granted(grant);
+                        return Some(NextGrant::Granted(grant));
                     }
-                    Served::Expired(expired) => return NextGrant::Expired(expired),
-                    Served::AtCapacity => return NextGrant::AtCapacity,
+                    Served::Expired(expired) => return Some(NextGrant::Expired(expired)),
+                    Served::AtCapacity => return Some(NextGrant::AtCapacity),
+                    Served::Held => return None,
                     Served::Nothing | Served::Spent => {}
                 }
             }
@@ -587,7 +611,7 @@ impl<H: Hooks> Core<H> {
         let mut exclude = 0u64;
         loop {
             let Some((class, total)) = self.classes.pick(exclude, &mut weights) else {
-                return NextGrant::Empty;
+                return Some(NextGrant::Empty);
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
             // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
@@ -610,15 +634,19 @@ impl<H: Hooks> Core<H> {
                 Some(Served::Grant(grant, cost)) => {
                     self.classes
                         .repeat(class, total, &weights, i64::from(cost) - 1);
-                    return NextGrant::Granted(grant);
+                    return Some(NextGrant::Granted(grant));
                 }
                 Some(Served::Expired(expired)) => {
                     self.classes.refund(class, total, &weights);
-                    return NextGrant::Expired(expired);
+                    return Some(NextGrant::Expired(expired));
                 }
                 Some(Served::AtCapacity) => {
                     self.classes.refund(class, total, &weights);
-                    return NextGrant::AtCapacity;
+                    return Some(NextGrant::AtCapacity);
+                }
+                Some(Served::Held) => {
+                    self.classes.refund(class, total, &weights);
+                    return None;
                 }
                 Some(Served::Nothing | Served::Spent) => {
                     self.classes.refund(class, total, &weights)
@@ -674,11 +702,10 @@ impl<H: Hooks> Core<H> {
     }
 
     /// A wide request waits: once no permit is out, takes them all and serves its tenant
-    /// (charged its SWRR steps, as a pick would have); until then, `AtCapacity`. `None` when it
-    /// granted nothing and the permits are free again: the caller picks as usual.
-    fn serve_wide(&self, now: u64) -> Option<NextGrant> {
+    /// (charged its SWRR steps, as a pick would have); until then, `AtCapacity`.
+    fn serve_wide(&self, now: u64) -> Wide {
         let Some(seats) = self.permits.reserve_wide() else {
-            return Some(NextGrant::AtCapacity);
+            return Wide::Answer(NextGrant::AtCapacity);
         };
         // Acquire: pairs with `hold_wide`'s Release (`reserve_wide`'s Acquire has seen the bit
         // raised after that store).
@@ -686,7 +713,7 @@ impl<H: Hooks> Core<H> {
         debug_assert!(held != NO_WIDE, "the wide bit without a wide tenant");
         if held == NO_WIDE {
             self.permits.ungrant(seats);
-            return None;
+            return Wide::Pick;
         }
         let (class, t) = ((held >> 32) as ClassId, held as SlotId);
         let total = self.classes.view().total();
@@ -699,11 +726,12 @@ impl<H: Hooks> Core<H> {
         match served {
             Served::Grant(grant, cost) => {
                 self.classes.charge(class as usize, i64::from(cost.max(1)));
-                Some(NextGrant::Granted(grant))
+                Wide::Answer(NextGrant::Granted(grant))
             }
-            Served::Expired(expired) => Some(NextGrant::Expired(expired)),
-            Served::AtCapacity => Some(NextGrant::AtCapacity),
-            Served::Nothing | Served::Spent => None,
+            Served::Expired(expired) => Wide::Answer(NextGrant::Expired(expired)),
+            Served::AtCapacity => Wide::Answer(NextGrant::AtCapacity),
+            Served::Held => Wide::Again,
+            Served::Nothing | Served::Spent => Wide::Pick,
         }
     }
 
@@ -799,7 +827,13 @@ impl<H: Hooks> Core<H> {
                 if width == self.permits.max() && self.limits.seats && self.hold_wide(class, t) {
                     // It needs every permit: it waits for them in the wide slot, and no other
                     // grant starts meanwhile.
-                    return Served::AtCapacity;
+                    #[cfg(fairq_broken)]
+                    if crate::broken::on(crate::broken::Break::Held) {
+                        // Broken on purpose: answers at once, though the grants out may have
+                        // ended before the bit was raised.
+                        return Served::AtCapacity;
+                    }
+                    return Served::Held;
                 }
                 // Its credit covers the head: it stays next in its class.
                 self.classes.put_back(class, t, true, slot);
