@@ -436,7 +436,7 @@ typedef struct fairq_fleet_config {
     // Data older than this (ms, at least `period_ms`) degrades the replica to local fairness.
     // Default 1000.
     uint64_t stale_ms;
-    // EWMA weight of the newest local and fleet rates per period, in (0, 1]. Default 0.5.
+    // EWMA weight of the newest local and fleet rates per period, in (0, 1]. Default 0.7.
     double smoothing;
     // Most tenants whose deltas, and most whose rates, one sync sends (K), 1..=4096. Default
     // 256.

@@ -820,7 +820,7 @@ fn fleet_harness() {
     let smoothing: f64 = std::env::var("FAIRQ_FLEET_SMOOTHING")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0.5);
+        .unwrap_or(0.7);
     // Phase 2's replica from a build with other target features, built before anything runs.
     let other = other_build();
     let shared = RedisServer::start();

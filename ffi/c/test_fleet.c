@@ -98,7 +98,7 @@ static void test_defaults_and_codes(void) {
     assert(strcmp(c.url, "redis://127.0.0.1:6379/") == 0);
     assert(strcmp(c.fleet, "default") == 0 && strcmp(c.replica, "replica") == 0);
     assert(c.period_ms == 100 && c.top_k == 256 && c.epoch_ms == 300000);
-    assert(c.smoothing == 0.5 && c.stale_ms == 1000);
+    assert(c.smoothing == 0.7 && c.stale_ms == 1000);
     fairq_fleet_config_default(NULL); /* no-op */
 
     assert(FAIRQ_NOT_RUNNING == 8 && FAIRQ_ERR_BUSY == -10 && FAIRQ_ERR_FLEET_SYNC == -11);

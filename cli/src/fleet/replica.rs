@@ -52,8 +52,8 @@ pub struct ReplicaArgs {
     /// then only sets the socket timeouts (P/2).
     #[arg(long, value_parser = parse_range)]
     pub period_range_ms: Option<(u64, u64)>,
-    /// EWMA weight of the newest sample.
-    #[arg(long, default_value_t = 0.5)]
+    /// EWMA weight of the newest sample (the library's default).
+    #[arg(long, default_value_t = 0.7)]
     pub smoothing: f64,
     /// Simulated service time of one grant, µs.
     #[arg(long, default_value_t = 2000)]
