@@ -74,5 +74,7 @@ grep -i "warning" "$BUILD_DIR/make.log" >&2 || true
 if [ "$MODULES_ONLY" != 1 ]; then
     cp "$BUILD_DIR/objs/nginx" "$BUILD_DIR/nginx"
 fi
-cp "$BUILD_DIR/objs/ngx_http_fairq_module.so" "$BUILD_DIR/ngx_http_fairq_module.so"
+# Copy, then rename: an nginx running the previous module keeps its mapping of the old file.
+cp "$BUILD_DIR/objs/ngx_http_fairq_module.so" "$BUILD_DIR/ngx_http_fairq_module.so.new"
+mv -f "$BUILD_DIR/ngx_http_fairq_module.so.new" "$BUILD_DIR/ngx_http_fairq_module.so"
 echo "$BUILD_DIR/ngx_http_fairq_module.so"

@@ -70,5 +70,8 @@ make -j"$JOBS" -f objs/Makefile modules >"$BUILD_DIR/make.log" 2>&1 \
     || { tail -40 "$BUILD_DIR/make.log" >&2; exit 1; }
 grep -iE "warning" "$BUILD_DIR/make.log" >&2 || true
 
-cp objs/ngx_http_fairq_module.so "$BUILD_DIR/ngx_http_fairq_module.so"
+# Copy, then rename: an nginx running the previous module keeps its mapping of the old file
+# (copying over a mapped library would crash its workers).
+cp objs/ngx_http_fairq_module.so "$BUILD_DIR/ngx_http_fairq_module.so.new"
+mv -f "$BUILD_DIR/ngx_http_fairq_module.so.new" "$BUILD_DIR/ngx_http_fairq_module.so"
 echo "$BUILD_DIR/ngx_http_fairq_module.so"

@@ -87,15 +87,10 @@ build=$root/target/nginx-source/build
 module=$(BUILD_DIR=$build "$here/build-from-source.sh" "$NGINX_SRC" \
     --error-log-path=/dev/stderr | tail -n 1)
 "$build/nginx" -V 2>&1 | head -n 1
-# Exit status 3: only timing checks failed (see test.sh); that run is repeated once.
-rc=0
-python3 "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@" || rc=$?
-if [ "$rc" = 3 ]; then
-    echo "== test_nginx.py: only timing checks failed (listed above); running it once more"
-    rc=0
-    python3 "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@" || rc=$?
-fi
-[ "$rc" = 0 ] || exit "$rc"
+# Exit status 3: only timing checks failed; run-checks.sh runs the script again (twice at most).
+# shellcheck source=run-checks.sh
+. "$here/run-checks.sh"
+run_checks "$here/test_nginx.py" --module "$module" --nginx "$build/nginx" "$@" || exit 1
 
 # --with-compat: the module alone (make modules, default configure options) loads into another
 # nginx of the same release configured --with-compat, such as Debian's, when one is installed.

@@ -41,20 +41,8 @@ done
 
 module=$("$here/build.sh" | tail -n 1)
 status=0
-# run_checks SCRIPT ARGS...: runs one test script. Exit status 3 means that only timing checks
-# failed (a latency, a rate, a share over seconds: what a stall of a shared machine can move);
-# the script then runs once more and that run decides. A failed exact check (a count, a
-# status, a header) is never run again.
-run_checks() {
-    local rc=0
-    python3 "$@" || rc=$?
-    if [ "$rc" = 3 ]; then
-        echo "== $(basename "$1"): only timing checks failed (listed above); running it once more"
-        rc=0
-        python3 "$@" || rc=$?
-    fi
-    [ "$rc" = 0 ]
-}
+# shellcheck source=run-checks.sh
+. "$here/run-checks.sh"
 run_checks "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@" || status=1
 # The controls (tiers, policies, pools, shedding): about 65 s, most of it the first feedback
 # controller period (60 s, the shortest allowed) running while the other checks run.
