@@ -56,8 +56,10 @@ FEEDBACK_PERIOD_MS = 60000   # the controller's shortest period
 
 def run_backend(port, concurrency, service_ms):
     """At most `concurrency` requests in service at once; `?sleep=ms` sets a request's service
-    time, `?fail=P` answers 500 to P % of such requests (seeded, so runs repeat)."""
+    time, `?fail=P` answers 500 to P % of such requests, evenly spread (with P = 10, every 10th
+    one), so every window of a dozen or more of them holds its share of failures."""
     rng = random.Random(port)
+    fail_marked = [0]
 
     async def main():
         sem = asyncio.Semaphore(concurrency)
@@ -69,8 +71,12 @@ def run_backend(port, concurrency, service_ms):
                 m = re.search(r"[?&]sleep=(\d+)", target)
                 delay = int(m.group(1)) if m else service_ms * rng.uniform(0.8, 1.2)
                 m = re.search(r"[?&]fail=(\d+)", target)
-                status = b"500 Internal Server Error" if m and rng.random() * 100 < int(
-                    m.group(1)) else b"200 OK"
+                status = b"200 OK"
+                if m:
+                    n, percent = fail_marked[0], int(m.group(1))
+                    fail_marked[0] += 1
+                    if (n + 1) * percent // 100 > n * percent // 100:
+                        status = b"500 Internal Server Error"
                 async with sem:
                     await asyncio.sleep(delay / 1000)
                 body = b"served " + target.encode() + b"\n"
