@@ -7,8 +7,8 @@
 //! all share one engine.
 //!
 //! The hot-tenant cases (one tenant; two of weights 8 and 1) have two requests queued per
-//! tenant, so with two threads one of them often finds the only ready tenant held by the other:
-//! that caller must get `Empty` at once and cost the holder nothing.
+//! tenant (`--hot-depth` changes it), so with two threads one of them often finds the only ready
+//! tenant held by the other: that caller must get `Empty` at once and cost the holder nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -31,18 +31,20 @@ pub struct Measurement {
 
 /// The weights of the default run, cycled over the tenants.
 pub const TIERS: [u32; 4] = [8, 4, 2, 1];
-const DEPTH: u32 = 2;
+/// Requests queued per tenant when a cycle starts, unless told otherwise.
+pub const DEPTH: u32 = 2;
 
 fn engine(
     tenants: u32,
     threads: usize,
     weights: &[u32],
+    depth: u32,
 ) -> Result<(Engine, Vec<TenantKey>), String> {
     let engine = Engine::new(Config {
         enabled: true,
         max_tenants: (tenants * 2).max(64),
-        tenant_queue_capacity: DEPTH + 2,
-        queue_capacity: tenants * (DEPTH + 2),
+        tenant_queue_capacity: depth + 2,
+        queue_capacity: tenants * (depth + 2),
         max_in_flight: (threads as u32 * 2).max(8),
         max_wait_ms: 3_600_000,
         ..Config::default()
@@ -58,7 +60,7 @@ fn engine(
     }
     let now = fairq::now_ns();
     for (i, &key) in keys.iter().enumerate() {
-        for _ in 0..DEPTH {
+        for _ in 0..depth {
             let request = Request {
                 user_data: i as u64,
                 ..Request::new(key, Dimension::User)
@@ -73,14 +75,15 @@ fn engine(
 }
 
 /// Measures `threads` threads over `tenants` backlogged tenants, weighted by `weights` cycled,
-/// for about `run`.
+/// each with `depth` requests queued when a cycle starts, for about `run`.
 pub fn measure(
     threads: usize,
     tenants: u32,
     weights: &[u32],
+    depth: u32,
     run: Duration,
 ) -> Result<Measurement, String> {
-    let (engine, keys) = engine(tenants, threads, weights)?;
+    let (engine, keys) = engine(tenants, threads, weights, depth)?;
     let engine = Arc::new(engine);
     let keys = Arc::new(keys);
     let stop = Arc::new(AtomicBool::new(false));

@@ -122,6 +122,9 @@ struct BenchArgs {
     /// Leave out the hot-tenant table (one tenant; two of weights 8 and 1; 1 and 2 threads).
     #[arg(long)]
     no_hot: bool,
+    /// Requests queued per tenant in the hot-tenant table (at least 1).
+    #[arg(long, default_value_t = bench::DEPTH, value_name = "N")]
+    hot_depth: u32,
 }
 
 /// Why a command stopped early.
@@ -370,6 +373,9 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
     if args.threads.contains(&0) || args.tenants.contains(&0) {
         return Err("--threads and --tenants must be > 0".to_string().into());
     }
+    if !(1..=1024).contains(&args.hot_depth) {
+        return Err("--hot-depth must be in 1..=1024".to_string().into());
+    }
     emit(&format!(
         "fairq bench: next_grant -> complete -> enqueue cycles, every tenant backlogged, \
          weights 8/4/2/1, {} s each\n{:>7} {:>8} {:>12} {:>16}\n",
@@ -378,7 +384,7 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
     let run = Duration::from_secs_f64(args.seconds);
     for &threads in &args.threads {
         for &tenants in &args.tenants {
-            let m = bench::measure(threads, tenants, &bench::TIERS, run)?;
+            let m = bench::measure(threads, tenants, &bench::TIERS, bench::DEPTH, run)?;
             emit(&format!(
                 "{:>7} {:>8} {:>12.0} {:>16.1}\n",
                 m.threads, m.tenants, m.grants_per_s, m.ns_per_cycle
@@ -388,15 +394,16 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
     if args.no_hot {
         return Ok(ExitCode::SUCCESS);
     }
-    // One hot tenant, and two of weights 8 and 1, each with 2 requests queued: a second thread
+    // One hot tenant, and two of weights 8 and 1, each with `depth` requests queued: a second thread
     // must add throughput, not take it away (the ratio is measured in this run).
+    let depth = args.hot_depth;
     emit(&format!(
-        "\nhot tenants, 2 requests queued each, {} s each\n{:>16} {:>14} {:>14} {:>8}\n",
+        "\nhot tenants, {depth} requests queued each, {} s each\n{:>16} {:>14} {:>14} {:>8}\n",
         args.seconds, "case", "1 thread /s", "2 threads /s", "2t / 1t"
     ))?;
     for (case, tenants, weights) in [("1 tenant", 1, &[1][..]), ("2 tenants 8:1", 2, &[8, 1])] {
-        let one = bench::measure(1, tenants, weights, run)?;
-        let two = bench::measure(2, tenants, weights, run)?;
+        let one = bench::measure(1, tenants, weights, depth, run)?;
+        let two = bench::measure(2, tenants, weights, depth, run)?;
         emit(&format!(
             "{case:>16} {:>14.0} {:>14.0} {:>8.2}\n",
             one.grants_per_s,

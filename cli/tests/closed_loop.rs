@@ -16,12 +16,13 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+mod common;
+use common::{Rng, MS, SEC};
+
 use fairq::{
     Completion, Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey, Ticket,
 };
 
-const MS: u64 = 1_000_000;
-const SEC: u64 = 1_000 * MS;
 const SLOTS: u32 = 16;
 const SERVICE_MEAN_MS: f64 = 10.0;
 const SERVICE_SIGMA: f64 = 0.5;
@@ -38,34 +39,6 @@ const BURST_START: u64 = WARM_UP + 60 * SEC;
 const BURST_END: u64 = BURST_START + 60 * SEC;
 const BURSTER: u32 = STEADY_WEIGHTS.len() as u32;
 const TENANT_QUEUE: u32 = 64;
-
-/// splitmix64: the harness's only randomness, seeded, so every run is the same.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1).
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn exp_ns(&mut self, mean_ns: f64) -> u64 {
-        (-self.unit().ln() * mean_ns) as u64
-    }
-
-    fn lognormal_ns(&mut self, mean_ms: f64, sigma: f64) -> u64 {
-        let normal = (-2.0 * self.unit().ln()).sqrt() * (std::f64::consts::TAU * self.unit()).cos();
-        let mu = mean_ms.ln() - sigma * sigma / 2.0;
-        ((mu + sigma * normal).exp() * MS as f64) as u64
-    }
-}
 
 /// A scheduler under the harness: the caller holds a free slot when it asks for the next grant.
 trait Sched {

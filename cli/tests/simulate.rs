@@ -753,6 +753,35 @@ fn bench_reports_grants_per_second() {
 }
 
 #[test]
+fn bench_hot_depth_sets_the_queued_requests() {
+    let args = [
+        "bench",
+        "--seconds",
+        "0.05",
+        "--tenants",
+        "1",
+        "--threads",
+        "1",
+    ];
+    let out = fairq(&[&args[..], &["--hot-depth", "8"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hot tenants, 8 requests queued each"),
+        "{stdout}"
+    );
+    for bad in ["0", "1025"] {
+        let out = fairq(&[&args[..], &["--hot-depth", bad]].concat());
+        assert_eq!(out.status.code(), Some(2), "--hot-depth {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--hot-depth"));
+    }
+}
+
+#[test]
 fn no_scheduler_grants_before_the_retry_after() {
     // many-tenants gives every request a 20 ms Retry-After: fairq parks each tenant's head in its
     // timing wheel, the simulation wakes it through `next_wakeup_ns`. A grant before the

@@ -16,32 +16,16 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+mod common;
+use common::{Rng, MS, SEC};
+
 use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey, Ticket};
 
-const MS: u64 = 1_000_000;
-const SEC: u64 = 1_000 * MS;
 const WEIGHTS: [u32; 4] = [8, 4, 2, 1];
 const PERMITS: u32 = 15;
 /// Clients per tenant: each tenant alone could hold every permit, so all stay backlogged.
 const CLIENTS: u32 = 16;
 const RUN: u64 = 60 * SEC;
-
-/// splitmix64, seeded: every run is the same.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Event {
