@@ -37,6 +37,8 @@ pub enum Break {
     /// A wide request just held answers `AtCapacity` without looking whether the grants out
     /// ended meanwhile.
     Held,
+    /// A tenant is handed to the light-tenant lane before it is counted ready in its class.
+    Lane,
 }
 
 thread_local! {

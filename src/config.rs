@@ -89,6 +89,13 @@ pub struct Config {
     /// grants out have ended, then it takes every permit. Off by default (a grant takes one
     /// permit whatever its cost). Bulkhead pools and `Stats::in_flight` still count requests.
     pub seats: bool,
+    /// The light-tenant lane: a tenant that becomes ready (from idle, after a Retry-After, or
+    /// when its pool frees) and has not had more than its fair share is served at the next grant,
+    /// ahead of the weight classes' rotation, for one visit; then it joins its class's rotation.
+    /// Backlogged tenants keep exact weighted shares of what the others leave, and through the
+    /// lane no tenant gets more than three grants ahead of its share. On by default; off, a tenant
+    /// that becomes ready always waits for its class's turn.
+    pub light_lane: bool,
 }
 
 impl Default for Config {
@@ -110,6 +117,7 @@ impl Default for Config {
             downstream_max_in_flight: Vec::new(),
             shedding: None,
             seats: false,
+            light_lane: true,
         }
     }
 }
@@ -262,6 +270,7 @@ impl Config {
             max_weight_classes: self.max_weight_classes,
             pinned_weights: self.policy.tiers.iter().map(|t| t.weight).collect(),
             seats: self.seats,
+            light_lane: self.light_lane,
         }
     }
 }

@@ -90,6 +90,9 @@ mod imp {
         pub(crate) fn pop(&self) -> Option<T> {
             self.inner.lock().unwrap().pop_front()
         }
+        pub(crate) fn is_empty(&self) -> bool {
+            self.inner.lock().unwrap().is_empty()
+        }
     }
 
     /// Under loom a backoff is a yield, so the waited-on thread can run.

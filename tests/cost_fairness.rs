@@ -179,7 +179,7 @@ fn fixed(weights: &[u32], cost: u32) -> Vec<Tenant> {
         .collect()
 }
 
-/// Bounds, in units of the largest request cost (see docs/fairness.md for where they come from).
+/// Bounds, in units of the largest request cost (each comment says where it comes from).
 /// A weight class: over-served by less than one request (it is charged the request it was picked
 /// for), under-served by at most one other class's request on top of its standing lag.
 const CLASS_BOUND: f64 = 1.25;

@@ -167,17 +167,18 @@ fn under_fifo_the_victims_wait_far_longer_than_under_fairq() {
 
 #[test]
 fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
-    // What the engine does achieve: the burster saturates the backend for 30 s, and every other
-    // tenant's p95 stays within 25 ms (two and a half mean service times) of its p95 in the run
-    // without the burster. The bound is a regression guard measured on this scenario (the worst
-    // victim, free at weight 1, rises by about 13 ms), not a derived limit. The isolation
-    // target, against the ideal reference, is the ignored test below.
+    // The burster saturates the backend for 30 s, and every other tenant's p95 stays within
+    // 5 ms (half a mean service time) of its p95 in the run without the burster. The bound is a
+    // regression guard measured on this scenario (the worst victim rises by about 3 ms; 10 ms
+    // before the light-tenant lane), not a derived limit. The isolation target, against the
+    // ideal reference, is the test below.
     let (with, without) = runs();
     for id in VICTIMS {
         let p95 = num(tenant(with, "fairq", id), "p95_wait_ms");
         let base = num(tenant(without, "fairq", id), "p95_wait_ms");
+        eprintln!("fairq {id}: p95 {p95} ms, without the burster {base} ms");
         assert!(
-            p95 <= base + 25.0,
+            p95 <= base + 5.0,
             "fairq: {id} p95 {p95} ms, without the burster {base} ms"
         );
         let starved = num(tenant(with, "fairq", id), "max_starvation_ms");
@@ -245,7 +246,7 @@ fn ideal_serves_the_bursting_tenants_last() {
         // Under strict priority a victim waits only for a slot to free and for the victims
         // ahead of it: a few mean service times (10 ms) at most, whatever its weight.
         assert!(ideal < 10.0, "ideal: {id} p95 {ideal} ms");
-        for other in ["fifo", "drr", "fairq"] {
+        for other in ["fifo", "drr"] {
             let p95 = num(tenant(doc, other, id), "p95_wait_ms");
             assert!(
                 ideal <= p95,
@@ -254,6 +255,21 @@ fn ideal_serves_the_bursting_tenants_last() {
         }
         assert_eq!(tenant(doc, "ideal", id)["refused"], 0, "ideal refuses {id}");
     }
+    // fairq's light-tenant lane orders the victims among themselves by their share, not by
+    // arrival as ideal does, so one victim may wait a little less than under ideal; together
+    // they wait no less.
+    let sum = |scheduler: &str| -> f64 {
+        VICTIMS
+            .iter()
+            .map(|id| num(tenant(doc, scheduler, id), "p95_wait_ms"))
+            .sum()
+    };
+    assert!(
+        sum("ideal") <= sum("fairq"),
+        "victims' p95 summed: ideal {} ms, fairq {} ms",
+        sum("ideal"),
+        sum("fairq")
+    );
     // The bursting tenants take what the victims leave: the burster is still granted about its
     // fair share, the burst's excess is refused.
     let burster = tenant(doc, "ideal", "burster");
@@ -306,18 +322,13 @@ fn assert_fairq_isolates_the_victims(doc: &Value) {
 }
 
 #[test]
-#[ignore = "not met until the light-tenant lane: fairq's victims' p95 over 1.2x ideal + 0.5 ms: \
-            enterprise within, pro 5.20 ms (limit 3.75, ratio 1.39), starter 6.24 (3.79, 1.65), \
-            free 10.4 (3.88, 2.69); each waits for its class's SWRR turn"]
 fn under_fairq_victims_p95_within_1_2x_of_ideal_plus_half_a_millisecond() {
     let (doc, _) = runs();
     assert_fairq_isolates_the_victims(doc);
 }
 
+/// The README's hour-long run (about 8 s in a debug build).
 #[test]
-#[ignore = "the README's hour-long run (use --release); not met until the light-tenant lane: \
-            enterprise within, pro 5.22 ms (limit 3.62, ratio 1.44), starter 6.45 (3.61, 1.79), \
-            free 10.2 (3.58, 2.84)"]
 fn under_fairq_victims_isolated_in_the_hour_long_noisy_neighbour_run() {
     let out = fairq(&[
         "simulate",

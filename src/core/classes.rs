@@ -36,6 +36,7 @@
 //! A refund of a batched pick undoes exactly that step, with the batch's gains.
 
 use crate::core::hooks::ClassId;
+use crate::core::lane::Lane;
 use crate::core::tenants::{TenantSlot, NIL};
 use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
@@ -66,6 +67,9 @@ pub(crate) struct Class {
     visits: AtomicU64,
     /// DRR quantum: the largest cost granted in this class.
     quantum: AtomicU32,
+    /// Cost units granted in this class, never reset: the classes' sum is the light-tenant
+    /// lane's clock. Granters bump it with a load and a store (`record_served`).
+    served: AtomicU64,
     /// The tenant whose visit continues (its credit covers its next head), or `NIL`.
     visiting: AtomicU32,
     /// A hint: the tenant granted last in this class, or `NIL` (`Engine::link_successor`).
@@ -103,6 +107,8 @@ pub(crate) struct Classes {
     epoch: CachePadded<AtomicU64>,
     /// Precomputed picks (module docs).
     schedule: Schedule,
+    /// Tenants served ahead of the rotation (`lane.rs`); counted ready in their classes.
+    lane: Lane,
 }
 
 /// Whether picks are batched: always, except under loom, where the batch's atomics would
@@ -207,6 +213,7 @@ impl Classes {
                         extra: AtomicI64::new(0),
                         visits: AtomicU64::new(0),
                         quantum: AtomicU32::new(1),
+                        served: AtomicU64::new(0),
                         visiting: AtomicU32::new(NIL),
                         last_granted: AtomicU32::new(NIL),
                         ring: ArrayQueue::new(ring_capacity),
@@ -223,6 +230,7 @@ impl Classes {
                 scale_total: AtomicI64::new(0),
                 batches: [Batch::new(count), Batch::new(count)],
             },
+            lane: Lane::new(ring_capacity),
         }
     }
 
@@ -778,11 +786,32 @@ impl Classes {
         self.classes[class].ready.load(Ordering::Relaxed)
     }
 
-    /// Adds `tenant` to `class`'s ready set. Counts it before pushing it, so the count is never
-    /// below the ring's length. A class that was idle starts with a clean SWRR credit.
-    /// The tenant's `last_visit` starts counting from now, and its effective-weight factor is
-    /// counted in (both owned by its turn holder).
-    pub(crate) fn make_ready(&self, class: u32, tenant: u32, slot: &TenantSlot) {
+    /// Adds `tenant` to `class`'s ready set, in the class's ring or, with `lane`, in the
+    /// light-tenant lane. Counts it before pushing it, so the count is never below what the ring
+    /// and the lane hold: a granter that takes it and lets it go idle never takes the count below
+    /// zero. A class that was idle starts with a clean SWRR credit. The tenant's `last_visit`
+    /// starts counting from now, and its effective-weight factor is counted in (both owned by its
+    /// turn holder).
+    pub(crate) fn make_ready(&self, class_id: u32, tenant: u32, slot: &TenantSlot, lane: bool) {
+        #[cfg(fairq_broken)]
+        if lane && crate::broken::on(crate::broken::Break::Lane) {
+            // Broken on purpose: handed to the lane before it is counted ready.
+            self.lane.push(class_id, tenant);
+            self.count_ready(class_id, slot);
+            return;
+        }
+        self.count_ready(class_id, slot);
+        if lane {
+            self.lane.push(class_id, tenant);
+            return;
+        }
+        // The ring holds every tenant at most once and is sized for all of them.
+        let pushed = self.classes[class_id as usize].ring.push(tenant);
+        debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// `make_ready`'s count: the ready count, the factor, the visit number.
+    fn count_ready(&self, class: u32, slot: &TenantSlot) {
         let class = &self.classes[class as usize];
         let factor = slot.factor.load(Ordering::Relaxed);
         slot.counted_factor.store(factor, Ordering::Relaxed);
@@ -799,9 +828,35 @@ impl Classes {
         }
         slot.last_visit
             .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
-        // The ring holds every tenant at most once and is sized for all of them.
-        let pushed = class.ring.push(tenant);
-        debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// The next tenant of the light-tenant lane and the class it is counted in, if any. The
+    /// caller holds its turn.
+    pub(crate) fn take_lane(&self) -> Option<(u32, u32)> {
+        if self.lane.is_empty() {
+            return None;
+        }
+        self.lane.take()
+    }
+
+    /// Counts `cost` units granted in `class` (the lane's clock).
+    pub(crate) fn record_served(&self, class: u32, cost: u32) {
+        let served = &self.classes[class as usize].served;
+        // Relaxed load + store, not an RMW: a clock that may run a little slow when two
+        // granters of one class race (`lane.rs`); it orders nothing.
+        served.store(
+            served.load(Ordering::Relaxed) + u64::from(cost),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Cost units granted so far, all classes: the light-tenant lane's virtual clock.
+    pub(crate) fn served(&self) -> u64 {
+        self.classes[..self.allocated()]
+            .iter()
+            // Relaxed: a clock reading, see `record_served`.
+            .map(|c| c.served.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Puts a held tenant back: as the visitor if its visit goes on, else at the ring's tail. A
@@ -838,7 +893,9 @@ impl Classes {
     /// A held tenant leaves `class`'s ready set (parked, idle or moving class).
     pub(crate) fn leave(&self, class: u32, slot: &TenantSlot) {
         let class = &self.classes[class as usize];
-        if class.ready.fetch_sub(1, Ordering::Relaxed) == 1 {
+        let before = class.ready.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "class ready count below zero");
+        if before == 1 {
             self.invalidate();
         }
         let counted = slot.counted_factor.load(Ordering::Relaxed);

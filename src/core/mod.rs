@@ -20,6 +20,7 @@
 
 pub(crate) mod classes;
 pub(crate) mod hooks;
+mod lane;
 mod permits;
 mod ring;
 mod tenants;
@@ -94,6 +95,8 @@ pub(crate) struct Limits {
     pub(crate) pinned_weights: Vec<u32>,
     /// `max_in_flight` counts cost units (seats), not requests.
     pub(crate) seats: bool,
+    /// Tenants that become ready below their share are served first (`lane.rs`).
+    pub(crate) light_lane: bool,
 }
 
 #[derive(Default)]
@@ -530,7 +533,7 @@ impl<H: Hooks> Core<H> {
             Some(c) if c == class => self.classes.put_back(c, t, visit_continues, slot),
             Some(c) => {
                 self.classes.leave(c, slot);
-                self.classes.make_ready(class, t, slot);
+                self.classes.make_ready(class, t, slot, false);
             }
             None => self.enter_ready(t, class, now),
         }
@@ -544,10 +547,13 @@ impl<H: Hooks> Core<H> {
         }
     }
 
-    /// The holder makes tenant `t` ready in `class` (it was not ready).
+    /// The holder makes tenant `t` ready in `class` (it was not ready): in the light-tenant lane
+    /// if it has not had more than its share (`lane.rs`), else in its class's ring.
     fn enter_ready(&self, t: SlotId, class: ClassId, now: u64) {
         self.hooks.became_ready(t, now);
-        self.classes.make_ready(class, t, self.tenants.slot(t));
+        let slot = self.tenants.slot(t);
+        let lane = self.limits.light_lane && lane::admits(slot, self.classes.served());
+        self.classes.make_ready(class, t, slot, lane);
     }
 
     /// The holder takes tenant `t` out of `class`'s ready set (parked, blocked or idle).
@@ -607,6 +613,11 @@ impl<H: Hooks> Core<H> {
                 }
             }
         }
+        if self.limits.light_lane {
+            if let Some(answer) = self.serve_lane(now) {
+                return answer;
+            }
+        }
         let mut weights = ClassWeights::new();
         let mut exclude = 0u64;
         loop {
@@ -653,6 +664,24 @@ impl<H: Hooks> Core<H> {
                 }
             }
         }
+    }
+
+    /// Serves the light-tenant lane, ahead of the classes' rotation: one visit of the first lane
+    /// tenant that has something to grant, not charged to the SWRR credits (`lane.rs`). `None`
+    /// when the lane granted nothing (it is empty, or its tenants' heads were dead or parked).
+    fn serve_lane(&self, now: u64) -> Option<Option<NextGrant>> {
+        while let Some((class, t)) = self.classes.take_lane() {
+            let total = self.classes.view().total();
+            match self.serve(t, class, true, total, now, &mut None) {
+                Served::Grant(grant, _) => return Some(Some(NextGrant::Granted(grant))),
+                Served::Expired(expired) => return Some(Some(NextGrant::Expired(expired))),
+                Served::AtCapacity => return Some(Some(NextGrant::AtCapacity)),
+                Served::Held => return Some(None),
+                // Swept, parked, blocked or spent: the tenant left the lane; try the next one.
+                Served::Nothing | Served::Spent => {}
+            }
+        }
+        None
     }
 
     /// Takes a tenant from the picked class. When the ring is empty but the class still counts
@@ -864,6 +893,10 @@ impl<H: Hooks> Core<H> {
             slot.depth.fetch_sub(1, Ordering::Relaxed);
             self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
+            if self.limits.light_lane {
+                lane::charge(slot, cost, total);
+                self.classes.record_served(class, cost);
+            }
             let waited_ns = now.saturating_sub(fields.enqueued_at);
             let event = GrantEvent {
                 slot: t,

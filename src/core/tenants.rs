@@ -113,6 +113,10 @@ pub(crate) struct TenantSlot {
     // ---- line 2
     /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
     pub(in crate::core) last_active: AtomicU64,
+    /// Owned by the turn holder: the tenant's finish time on the light-tenant lane's virtual
+    /// clock, and what its last grant added to it (`lane.rs`).
+    pub(in crate::core) lane_finish: AtomicU64,
+    pub(in crate::core) lane_interval: AtomicU64,
     /// Handles of queued tickets, in arrival order, cancelled ones too until swept.
     pub(in crate::core) queue: TenantQueue,
 }
@@ -228,6 +232,8 @@ impl TenantSlot {
             succ: AtomicU32::new(NIL),
             succ_head: AtomicU32::new(NIL),
             last_active: AtomicU64::new(0),
+            lane_finish: AtomicU64::new(0),
+            lane_interval: AtomicU64::new(0),
             queue: TenantQueue::new(ring_capacity(queue_capacity)),
         }
     }
@@ -497,6 +503,8 @@ impl TenantTable {
             .store(slot.grants_total.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
         slot.cost_corrections.store(0, Ordering::Relaxed);
+        slot.lane_finish.store(0, Ordering::Relaxed);
+        slot.lane_interval.store(0, Ordering::Relaxed);
         init(index as SlotId, slot);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
         slot.counts.store(pins * LIVE_ONE, Ordering::Release);
