@@ -1217,6 +1217,17 @@ int32_t fairq_engine_builder_set_indicator_top_k(struct fairq_engine_builder *bu
 // `builder` must be NULL or a live builder.
 int32_t fairq_engine_builder_set_seats(struct fairq_engine_builder *builder, bool on);
 
+// The light-tenant lane: a tenant that becomes ready (from idle, after a Retry-After, or when
+// its pool frees) and has not had more than its fair share is granted at the next free permit,
+// ahead of the weight classes' rotation, for one visit; then it joins its class's rotation.
+// Backlogged tenants keep exact weighted shares of what the others leave, and through the lane
+// no tenant gets more than three grants ahead of its share. On by default (also for engines
+// made with `fairq_engine_new`); `false` turns it off.
+//
+// # Safety
+// `builder` must be NULL or a live builder.
+int32_t fairq_engine_builder_set_light_lane(struct fairq_engine_builder *builder, bool on);
+
 // Builds an engine from the builder's configuration and writes it to `*engine_out`; the
 // builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
 //

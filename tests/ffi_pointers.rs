@@ -1040,6 +1040,15 @@ fn exports() -> Vec<Export> {
             },
         },
         Export {
+            name: "fairq_engine_builder_set_light_lane",
+            pointers: BUILDER_ONLY,
+            bad_values: None,
+            call: |f, a| {
+                let on = a.val(true, false);
+                Some(unsafe { fairq_engine_builder_set_light_lane(builder_handle(f, a), on) })
+            },
+        },
+        Export {
             name: "fairq_engine_builder_build",
             pointers: &[("builder", Builder), ("engine_out", Required)],
             bad_values: None,

@@ -77,6 +77,10 @@ type Controls struct {
 	// Seats makes MaxInFlight count cost units: a grant takes its request's cost in permits,
 	// and a request at least as costly as the limit runs alone. Off by default.
 	Seats bool
+	// LightLane turns the light-tenant lane on or off (nil: on, the default): a tenant that
+	// becomes ready without having had more than its fair share is granted at the next free
+	// permit, ahead of the weight classes' rotation, for one visit.
+	LightLane *bool
 }
 
 // Shedding: a pool whose error rate over a window of WindowMs (100..=3600000) passes
@@ -168,6 +172,11 @@ func NewWithControls(c Config, ctl Controls) (*Engine, error) {
 	}
 	if ctl.Seats {
 		if err := set(C.fairq_engine_builder_set_seats(b, C.bool(true))); err != nil {
+			return nil, err
+		}
+	}
+	if on := ctl.LightLane; on != nil {
+		if err := set(C.fairq_engine_builder_set_light_lane(b, C.bool(*on))); err != nil {
 			return nil, err
 		}
 	}

@@ -402,6 +402,41 @@ func TestSheddingCutsAFailingPoolAndRefusesWhatItCannotServe(t *testing.T) {
 	}
 }
 
+// lightTenantServedFirst: whether a tenant that comes back below its share is granted before a
+// backlogged one.
+func lightTenantServedFirst(t *testing.T, ctl Controls) bool {
+	e := newControlled(t, func(c *Config) { c.MaxInFlight = 1 }, ctl)
+	noisy, light := mustKey(t, "noisy"), mustKey(t, "light")
+	if err := e.SetWeightKey(noisy, 8); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		enqueueAt(t, e, Request{TenantKey: noisy}, t0)
+	}
+	for i := 0; i < 20; i++ {
+		g := grantAt(t, e, t0)
+		if _, err := e.CompleteAt(g.Ticket, true, 0, t0); err != nil {
+			t.Fatal(err)
+		}
+		enqueueAt(t, e, Request{TenantKey: noisy}, t0)
+	}
+	enqueueAt(t, e, Request{TenantKey: light, UserData: 7}, t0)
+	return grantAt(t, e, t0).UserData == 7
+}
+
+func TestLightLaneServesAReturningTenantFirst(t *testing.T) {
+	on, off := true, false
+	if !lightTenantServedFirst(t, Controls{}) {
+		t.Fatal("on by default, yet the light tenant waited")
+	}
+	if !lightTenantServedFirst(t, Controls{LightLane: &on}) {
+		t.Fatal("on, yet the light tenant waited")
+	}
+	if lightTenantServedFirst(t, Controls{LightLane: &off}) {
+		t.Fatal("off, yet the light tenant went first")
+	}
+}
+
 func TestSeatsCountCostUnits(t *testing.T) {
 	e := newControlled(t, func(c *Config) { c.MaxInFlight = 4 }, Controls{Seats: true})
 	for i := 0; i < 3; i++ {

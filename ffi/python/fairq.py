@@ -28,8 +28,9 @@ Every control of the C API is a keyword of ``Engine``: ``tiers={"pro": 4, "free"
 ``feedback=FeedbackController()`` (``True`` takes each one's defaults), ``pools=[4, 4]`` (bulkhead
 pools; ``enqueue(..., downstream=0)``), ``shedding=Shedding()`` (load shedding on the pools, fed
 by ``report_downstream``), ``indicators=False`` (the fairness indicators, on by default),
-``indicator_top_k=20`` and ``seats=True`` (``max_in_flight`` counts cost units; a request at least
-as costly as the limit runs alone). ``Fleet`` runs fleet mode when
+``indicator_top_k=20``, ``seats=True`` (``max_in_flight`` counts cost units; a request at least
+as costly as the limit runs alone) and ``light_lane=False`` (the light-tenant lane, on by default:
+a tenant that becomes ready below its fair share is granted next). ``Fleet`` runs fleet mode when
 the library was built with it (``HAS_FLEET``).
 
 Errors raise ``FairqError`` carrying the C status code and its name (``FAIRQ_ERR_...``).
@@ -468,6 +469,7 @@ for _name, _res, _args in [
     ("fairq_engine_builder_set_indicator_top_k", c_int32, [_B, c_uint32]),
     ("fairq_engine_builder_set_indicators", c_int32, [_B, c_bool]),
     ("fairq_engine_builder_set_seats", c_int32, [_B, c_bool]),
+    ("fairq_engine_builder_set_light_lane", c_int32, [_B, c_bool]),
     ("fairq_engine_builder_set_shedding", c_int32, [_B, c_uint32, c_uint64, c_uint32]),
     ("fairq_report_downstream", c_int32, [_E, c_uint32, c_bool]),
     ("fairq_report_downstream_at", c_int32, [_E, c_uint32, c_bool, c_uint64]),
@@ -685,7 +687,7 @@ class Engine:
 
     def __init__(self, config=None, *, tiers=None, starvation_guard=None, wait_boost=None,
                  feedback=None, pools=None, shedding=None, indicators=None,
-                 indicator_top_k=None, seats=None, **fields):
+                 indicator_top_k=None, seats=None, light_lane=None, **fields):
         if config is None:
             config = Config.default()
         for name, value in fields.items():
@@ -702,6 +704,8 @@ class Engine:
                                  shedding, indicators, indicator_top_k)
             if seats is not None:
                 _check(_lib.fairq_engine_builder_set_seats(builder, bool(seats)))
+            if light_lane is not None:
+                _check(_lib.fairq_engine_builder_set_light_lane(builder, bool(light_lane)))
             handle = c_void_p()
             _check(_lib.fairq_engine_builder_build(builder, byref(handle)))
         finally:

@@ -306,6 +306,26 @@ class Seats(unittest.TestCase):
             self.assertTrue(all(q.next_grant(now_ns=T0) is not None for _ in range(4)))
 
 
+class LightLane(unittest.TestCase):
+    def served_first(self, **lane):
+        """Whether a tenant that comes back below its share is granted before a backlogged one."""
+        with fairq.Engine(enabled=True, max_in_flight=1, **lane) as q:
+            q.set_weight("noisy", 8)
+            for _ in range(8):
+                q.enqueue("noisy", now_ns=T0)
+            for _ in range(20):
+                g = q.next_grant(now_ns=T0)
+                q.complete(g.ticket, now_ns=T0)
+                q.enqueue("noisy", now_ns=T0)
+            q.enqueue("light", user_data=7, now_ns=T0)
+            return q.next_grant(now_ns=T0).user_data == 7
+
+    def test_a_returning_tenant_is_granted_next_unless_the_lane_is_off(self):
+        self.assertTrue(self.served_first(), "on by default")
+        self.assertTrue(self.served_first(light_lane=True))
+        self.assertFalse(self.served_first(light_lane=False))
+
+
 class RedisServer:
     """A redis-server on a free port, no persistence; a minimal RESP client for checks."""
 

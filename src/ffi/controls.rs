@@ -498,6 +498,30 @@ pub unsafe extern "C" fn fairq_engine_builder_set_seats(
     })
 }
 
+/// The light-tenant lane: a tenant that becomes ready (from idle, after a Retry-After, or when
+/// its pool frees) and has not had more than its fair share is granted at the next free permit,
+/// ahead of the weight classes' rotation, for one visit; then it joins its class's rotation.
+/// Backlogged tenants keep exact weighted shares of what the others leave, and through the lane
+/// no tenant gets more than three grants ahead of its share. On by default (also for engines
+/// made with `fairq_engine_new`); `false` turns it off.
+///
+/// # Safety
+/// `builder` must be NULL or a live builder.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fairq_engine_builder_set_light_lane(
+    builder: *mut fairq_engine_builder,
+    on: bool,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live builder, by contract.
+        let builder = unsafe { builder_mut(builder) }?;
+        builder.update(|c| {
+            c.light_lane = on;
+            Ok(())
+        })
+    })
+}
+
 /// Builds an engine from the builder's configuration and writes it to `*engine_out`; the
 /// builder is unchanged and can build more. Release the engine with `fairq_engine_free`.
 ///
