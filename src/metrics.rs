@@ -12,6 +12,8 @@
 //!   the wait of each request as it leaves the queue (granted or `deadline_exceeded`), from its
 //!   first enqueue. Observed by the fairness indicators: absent when `Config::indicators` is off.
 //! - `rate_limit_fair_queue_grants_total{tenant_dimension}` (counter).
+//! - `rate_limit_fair_queue_lane_grants_total{tenant_dimension}` (counter): the grants of the
+//!   light-tenant lane, also counted in `grants_total`.
 //! - `rate_limit_fair_queue_refused_total{tenant_dimension,reason}` (counter): one series for
 //!   every reason code, the five queue reasons, the immediate ones (`not_queueable`, `no_tenant`,
 //!   `disabled`) and `cancelled` (a client's cancel; leave it out of refusal-rate queries).
@@ -116,6 +118,13 @@ impl Render<'_> {
             "Admission attempts released by the queue.",
         );
         sample(out, "grants_total", &d, stats.granted as f64);
+        family(
+            out,
+            "lane_grants_total",
+            "counter",
+            "Of the grants, those made through the light-tenant lane, ahead of the rotation.",
+        );
+        sample(out, "lane_grants_total", &d, stats.lane_granted as f64);
         family(
             out,
             "refused_total",

@@ -276,6 +276,8 @@ pub struct Stats {
     pub enqueued: u64,
     /// Grants made (a requeued ticket can be granted again).
     pub granted: u64,
+    /// Of those, grants made through the light-tenant lane (`Config::light_lane`).
+    pub lane_granted: u64,
     /// Tickets ended admitted.
     pub completed: u64,
     /// Grants put back into their queue (still refused).

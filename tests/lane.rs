@@ -31,8 +31,8 @@ fn serve(engine: &Engine) -> TenantKey {
 
 /// Noisy tenants of weights 4, 4 and 2, each with 8 queued and refilled after every grant, and
 /// a light tenant of weight `light_weight` that sends one request after 100 grants. Returns how
-/// many grants went out before the light tenant's, from its enqueue.
-fn light_tenant_wait(light_lane: bool, light_weight: u32) -> usize {
+/// many grants went out before the light tenant's, from its enqueue, and the lane grants counted.
+fn light_tenant_wait(light_lane: bool, light_weight: u32) -> (usize, u64) {
     let engine = engine(config(light_lane, 1));
     let noisy = [("noisy-a", 4), ("noisy-b", 4), ("noisy-c", 2)];
     for (name, weight) in noisy {
@@ -50,7 +50,7 @@ fn light_tenant_wait(light_lane: bool, light_weight: u32) -> usize {
     for waited in 0..100 {
         let t = serve(&engine);
         if t == key("light") {
-            return waited;
+            return (waited, engine.stats().lane_granted);
         }
         queued(&engine, &Request::new(t, fairq::Dimension::User), 0);
     }
@@ -60,18 +60,26 @@ fn light_tenant_wait(light_lane: bool, light_weight: u32) -> usize {
 #[test]
 fn a_light_tenant_is_granted_at_the_next_free_permit() {
     // Weight 1 in a class of its own, and weight 4 sharing its class with two noisy tenants.
+    // The noisy tenants never go idle, so the light tenant's is the one lane grant.
     for weight in [1, 4] {
+        let got = light_tenant_wait(true, weight);
         assert_eq!(
-            light_tenant_wait(true, weight),
-            0,
-            "weight {weight}, lane on"
+            got,
+            (0, 1),
+            "weight {weight}, lane on: (waited, lane grants)"
         );
     }
     // Without the lane it waits for its class's turn (and its place in the class's ring).
-    let off = light_tenant_wait(false, 1);
-    assert!(off >= 3, "weight 1, lane off: granted after {off} others");
-    let off = light_tenant_wait(false, 4);
-    assert!(off >= 1, "weight 4, lane off: granted after {off} others");
+    let (off, lane) = light_tenant_wait(false, 1);
+    assert!(
+        off >= 3 && lane == 0,
+        "weight 1, lane off: granted after {off} others"
+    );
+    let (off, lane) = light_tenant_wait(false, 4);
+    assert!(
+        off >= 1 && lane == 0,
+        "weight 4, lane off: granted after {off} others"
+    );
 }
 
 /// A tenant that sends its next request the moment its last one is granted, beside a
@@ -118,9 +126,10 @@ fn a_tenant_that_keeps_coming_back_gets_no_more_than_its_share() {
             }
         }
         let lead = worst_lead as f64 / 2.0;
+        let lane = engine.stats().lane_granted;
         eprintln!(
             "lane {light_lane}: the eager tenant came back {comebacks} times, got {eager_grants} \
-             of {GRANTS} grants, at most {lead} ahead of its half"
+             of {GRANTS} grants ({lane} through the lane), at most {lead} ahead of its half"
         );
         assert!(comebacks >= 1_000, "it must keep coming back: {comebacks}");
         assert!(

@@ -251,6 +251,7 @@ fn exposition_has_the_r11_names_and_labels_and_parses() {
         "rate_limit_fair_queue_tenants",
         "rate_limit_fair_queue_wait_seconds",
         "rate_limit_fair_queue_grants_total",
+        "rate_limit_fair_queue_lane_grants_total",
         "rate_limit_fair_queue_refused_total",
     ] {
         assert!(scrape.docs.contains_key(name), "HELP for {name}");

@@ -158,6 +158,27 @@ enum Pushed {
     Cancelled,
 }
 
+/// How a held tenant came to be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Visit {
+    /// A new visit of the rotation: its DRR credit earns a quantum.
+    New,
+    /// Its visit goes on (its credit covered the head before this one).
+    Continues,
+    /// A visit through the light-tenant lane (a new one, counted as a lane grant).
+    Lane,
+}
+
+impl Visit {
+    fn of(new_visit: bool) -> Visit {
+        if new_visit {
+            Visit::New
+        } else {
+            Visit::Continues
+        }
+    }
+}
+
 /// What serving one held tenant produced.
 enum Served {
     Grant(Grant, u32),
@@ -601,7 +622,7 @@ impl<H: Hooks> Core<H> {
         if let Some(class) = self.hooks.due_class(&self.classes.view(), now) {
             let total = self.classes.view().total();
             if let Some((t, new_visit)) = self.classes.take(class as usize) {
-                match self.serve(t, class, new_visit, total, now, &mut None) {
+                match self.serve(t, class, Visit::of(new_visit), total, now, &mut None) {
                     Served::Grant(grant, _) => {
                         self.hooks.served_out_of_turn();
                         return Some(NextGrant::Granted(grant));
@@ -631,7 +652,14 @@ impl<H: Hooks> Core<H> {
                 let Some((t, new_visit)) = self.take_tenant(class) else {
                     break None;
                 };
-                match self.serve(t, class as ClassId, new_visit, total, now, &mut None) {
+                match self.serve(
+                    t,
+                    class as ClassId,
+                    Visit::of(new_visit),
+                    total,
+                    now,
+                    &mut None,
+                ) {
                     Served::Spent if spent < SPENT_VISITS => spent += 1,
                     other => break Some(other),
                 }
@@ -672,7 +700,7 @@ impl<H: Hooks> Core<H> {
     fn serve_lane(&self, now: u64) -> Option<Option<NextGrant>> {
         while let Some((class, t)) = self.classes.take_lane() {
             let total = self.classes.view().total();
-            match self.serve(t, class, true, total, now, &mut None) {
+            match self.serve(t, class, Visit::Lane, total, now, &mut None) {
                 Served::Grant(grant, _) => return Some(Some(NextGrant::Granted(grant))),
                 Served::Expired(expired) => return Some(Some(NextGrant::Expired(expired))),
                 Served::AtCapacity => return Some(Some(NextGrant::AtCapacity)),
@@ -747,7 +775,7 @@ impl<H: Hooks> Core<H> {
         let (class, t) = ((held >> 32) as ClassId, held as SlotId);
         let total = self.classes.view().total();
         let mut reserved = Some(seats);
-        let served = self.serve(t, class, false, total, now, &mut reserved);
+        let served = self.serve(t, class, Visit::Continues, total, now, &mut reserved);
         if let Some(seats) = reserved {
             // Not granted with them (its head was cancelled or expired meanwhile).
             self.permits.ungrant(seats);
@@ -773,12 +801,13 @@ impl<H: Hooks> Core<H> {
         &self,
         t: SlotId,
         class: ClassId,
-        mut new_visit: bool,
+        visit: Visit,
         total: i64,
         now: u64,
         reserved: &mut Option<u64>,
     ) -> Served {
         let slot = self.tenants.slot(t);
+        let mut new_visit = visit != Visit::Continues;
         loop {
             let head = Ticket(slot.staged.load(Ordering::Relaxed));
             let Some(fields) = self.tickets.fields(head) else {
@@ -893,6 +922,9 @@ impl<H: Hooks> Core<H> {
             slot.depth.fetch_sub(1, Ordering::Relaxed);
             self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
+            if visit == Visit::Lane {
+                slot.record_lane_grant();
+            }
             if self.limits.light_lane {
                 lane::charge(slot, cost, total);
                 self.classes.record_served(class, cost);
@@ -1468,6 +1500,7 @@ impl<H: Hooks> Core<H> {
         // the slot's lifetime total is never reset, so the sum only grows.
         for slot in self.tenants.slots() {
             stats.granted += slot.grants_total();
+            stats.lane_granted += slot.lane_grants_total();
         }
         for shard in self.counters.iter() {
             // Relaxed: a snapshot of statistics.

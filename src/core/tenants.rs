@@ -117,6 +117,8 @@ pub(crate) struct TenantSlot {
     /// clock, and what its last grant added to it (`lane.rs`).
     pub(in crate::core) lane_finish: AtomicU64,
     pub(in crate::core) lane_interval: AtomicU64,
+    /// Owned by the turn holder, never reset: grants made in this slot through the lane.
+    pub(in crate::core) lane_grants_total: AtomicU64,
     /// Handles of queued tickets, in arrival order, cancelled ones too until swept.
     pub(in crate::core) queue: TenantQueue,
 }
@@ -133,6 +135,18 @@ impl TenantSlot {
     pub(crate) fn grants_total(&self) -> u64 {
         // Relaxed: a snapshot of statistics.
         self.grants_total.load(Ordering::Relaxed)
+    }
+
+    /// Grants made in this slot through the light-tenant lane, all tenants (only grows).
+    pub(crate) fn lane_grants_total(&self) -> u64 {
+        // Relaxed: a snapshot of statistics.
+        self.lane_grants_total.load(Ordering::Relaxed)
+    }
+
+    /// Holder: one more grant through the lane (a load and a store, as in `record_grant`).
+    pub(in crate::core) fn record_lane_grant(&self) {
+        let total = self.lane_grants_total.load(Ordering::Relaxed);
+        self.lane_grants_total.store(total + 1, Ordering::Relaxed);
     }
 
     /// Cost units granted to the current tenant, corrections included.
@@ -234,6 +248,7 @@ impl TenantSlot {
             last_active: AtomicU64::new(0),
             lane_finish: AtomicU64::new(0),
             lane_interval: AtomicU64::new(0),
+            lane_grants_total: AtomicU64::new(0),
             queue: TenantQueue::new(ring_capacity(queue_capacity)),
         }
     }
