@@ -153,26 +153,6 @@ pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64>
     }
 }
 
-/// [`increment_below`] for a 32-bit counter.
-pub(crate) fn increment_below_u32(counter: &AtomicU32, max: u32) -> Result<u32, u32> {
-    let mut current = counter.load(Ordering::Relaxed);
-    loop {
-        if current >= max {
-            return Err(current);
-        }
-        // Relaxed: as `increment_below`.
-        match counter.compare_exchange_weak(
-            current,
-            current + 1,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => return Ok(current),
-            Err(seen) => current = seen,
-        }
-    }
-}
-
 /// Whether `counter` was below `max` and is now one more ([`increment_below`]).
 pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
     increment_below(counter, max).is_ok()

@@ -323,13 +323,15 @@ impl<H: Hooks> Core<H> {
             0 => self.limits.max_wait_ns,
             timeout => timeout.min(self.limits.max_wait_ns),
         };
-        // Two pins in one RMW: one becomes the ticket's `live` count, the other is
-        // `push_queued`'s extra pin (see there). Both are released on a refusal.
-        let Ok(t) = self
-            .tenants
-            .pin_or_claim(key.get(), now, ENQUEUE_PINS, |t, slot| {
-                self.init_slot(t, slot, key.get())
-            })
+        // Two pins and a place in the tenant's queue in one RMW: one pin becomes the ticket's
+        // `live` count, the other is `push_queued`'s extra pin (see there). All are released on
+        // a refusal.
+        let bound = self.limits.tenant_queue_capacity;
+        let Ok((t, place)) =
+            self.tenants
+                .pin_or_claim(key.get(), now, ENQUEUE_PINS, bound, |t, slot| {
+                    self.init_slot(t, slot, key.get())
+                })
         else {
             return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
         };
@@ -339,10 +341,14 @@ impl<H: Hooks> Core<H> {
             self.tenants.release_live(t, ENQUEUE_PINS, now);
             Ok(self.refuse_on_arrival(spread, reason, position))
         };
-        let position = match self.reserve(t) {
-            Ok(position) => position,
-            Err(refusal) => return refuse(refusal.reason, refusal.position),
+        let position = match place {
+            Ok(ahead) => ahead + 1,
+            Err(ahead) => return refuse(Reason::TenantQueueFull, ahead.saturating_add(1)),
         };
+        if !self.permits.reserve_queued() {
+            self.tenants.release_place(t);
+            return refuse(Reason::QueueFull, position);
+        }
         if request.retry_after_ns > budget {
             self.unreserve(t);
             return refuse(Reason::WaitExceedsBudget, position);
@@ -416,29 +422,29 @@ impl<H: Hooks> Core<H> {
         (weight, self.classes.find(weight).unwrap_or(0))
     }
 
-    /// Reserves a place in tenant `t`'s queue and in the global queue. Returns the position.
-    /// Each bound is taken with one CAS, so neither count ever reads above its bound.
+    /// Reserves a place in the pinned tenant `t`'s queue and in the global queue (a requeue;
+    /// `enqueue` takes its tenant place with its pin). Returns the position. Each bound is taken
+    /// with one CAS, so neither count ever reads above its bound.
     fn reserve(&self, t: SlotId) -> Result<u32, Refusal> {
-        let slot = self.tenants.slot(t);
         let refusal = |reason, ahead: u32| Refusal {
             reason,
             position: ahead.saturating_add(1),
             waited_ns: 0,
         };
-        let ahead =
-            crate::sync::increment_below_u32(&slot.depth, self.limits.tenant_queue_capacity)
-                .map_err(|ahead| refusal(Reason::TenantQueueFull, ahead))?;
+        let ahead = self
+            .tenants
+            .take_place(t, self.limits.tenant_queue_capacity)
+            .map_err(|ahead| refusal(Reason::TenantQueueFull, ahead))?;
         if !self.permits.reserve_queued() {
-            // Relaxed: a bound counter (see `sync::increment_below`).
-            slot.depth.fetch_sub(1, Ordering::Relaxed);
+            self.tenants.release_place(t);
             return Err(refusal(Reason::QueueFull, ahead));
         }
         Ok(ahead + 1)
     }
 
+    /// Gives back both places of a request that no longer waits (refused, cancelled, expired).
     fn unreserve(&self, t: SlotId) {
-        // Relaxed: a bound counter.
-        self.tenants.slot(t).depth.fetch_sub(1, Ordering::Relaxed);
+        self.tenants.release_place(t);
         self.permits.unreserve_queued();
     }
 
@@ -518,7 +524,7 @@ impl<H: Hooks> Core<H> {
                 true
             }
             // Our own entry was dead and swept (a forged cancel): account it, take the next.
-            Next::Swept => self.next_head(t, now),
+            Next::Swept => self.next_head(t, false, now),
         };
         if staged {
             slot.credit.store(0, Ordering::Relaxed);
@@ -816,7 +822,7 @@ impl<H: Hooks> Core<H> {
             };
             if self.tickets.lookup(head) != Lookup::Live(QUEUED) {
                 // Cancelled: sweep the tombstone.
-                if self.next_head(t, now) {
+                if self.next_head(t, false, now) {
                     continue;
                 }
                 self.leave_ready(t, class, now);
@@ -918,8 +924,8 @@ impl<H: Hooks> Core<H> {
                 credit - i64::from(cost) * i64::from(FACTOR_ONE),
                 Ordering::Relaxed,
             );
-            // Relaxed: a bound counter (the global place goes back when the grant ends).
-            slot.depth.fetch_sub(1, Ordering::Relaxed);
+            // Its place in the tenant's queue goes back in `after_turn`, with its entry (the
+            // global place when the grant ends).
             self.hooks.queued(fields.downstream, -1);
             slot.record_grant(cost, now);
             if visit == Visit::Lane {
@@ -986,14 +992,17 @@ impl<H: Hooks> Core<H> {
         }
     }
 
-    /// The holder is done with the staged head: stage the next one if any. Returns false when the
-    /// tenant went idle (its turn is given up).
-    fn next_head(&self, t: SlotId, now: u64) -> bool {
+    /// The holder is done with the staged head: stage the next one if any. `granted`: the head
+    /// was granted, so its place in the tenant's queue goes back with its entry. Returns false
+    /// when the tenant went idle (its turn is given up).
+    fn next_head(&self, t: SlotId, granted: bool, now: u64) -> bool {
         let slot = self.tenants.slot(t);
+        let mut granted = granted;
         loop {
-            if self.tenants.release_entry(t, now).queued() <= 1 {
+            if self.tenants.release_entry(t, granted, now).queued() <= 1 {
                 return false;
             }
+            granted = false;
             match slot.queue.take_next() {
                 Next::Handle(head) => {
                     slot.staged.store(head, Ordering::Relaxed);
@@ -1007,7 +1016,7 @@ impl<H: Hooks> Core<H> {
 
     /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
     fn after_turn(&self, t: SlotId, class: ClassId, granted: bool, now: u64) {
-        if !self.next_head(t, now) {
+        if !self.next_head(t, granted, now) {
             self.leave_ready(t, class, now);
             return;
         }
@@ -1455,7 +1464,7 @@ impl<H: Hooks> Core<H> {
                 weight: slot.weight.load(Ordering::Relaxed),
                 factor: slot.factor.load(Ordering::Relaxed),
                 served_cost: slot.granted_cost(),
-                queued: u64::from(slot.depth.load(Ordering::Relaxed)),
+                queued: self.tenants.depth(t),
             });
             self.tenants.release_live(t, 1, 0);
         }

@@ -7,19 +7,24 @@
 //! some key, so probe chains never break.
 //!
 //! # Slot life cycle
-//! `counts` packs `live << 32 | queued`, plus the `STEALING` bit:
-//! - `queued`: entries pushed into the slot's queue and announced, staged head included,
-//!   cancelled ones too until the scheduler sweeps them. It decides who holds the tenant's turn:
-//!   the enqueuer that moves it from 0 to 1 activates the tenant; the holder that moves it from 1
-//!   to 0 lets it go idle.
-//! - `live`: tickets of this tenant not yet ended (queued or granted), plus callers that pinned
-//!   the slot while they work on it.
+//! `counts` packs three counts, `live << 42 | depth << 21 | queued` ([`Counts`]):
+//! - `queued` (21 bits): entries pushed into the slot's queue and announced, staged head
+//!   included, cancelled ones too until the scheduler sweeps them. It decides who holds the
+//!   tenant's turn: the enqueuer that moves it from 0 to 1 activates the tenant; the holder that
+//!   moves it from 1 to 0 lets it go idle.
+//! - `depth` (21 bits): the tenant's requests waiting now, cancelled ones excluded, and places
+//!   reserved for requests about to be pushed: the tenant queue's bound and the positions. An
+//!   enqueue takes its place with the same CAS that pins the slot; a grant gives it back with the
+//!   same RMW that consumes its entry.
+//! - `live` (22 bits): tickets of this tenant not yet ended (queued or granted), plus callers
+//!   that pinned the slot while they work on it. All ones (`STEALING`, unreachable as a count:
+//!   a tenant has at most 2^20 queued and 2^20 in flight) marks a slot being claimed.
 //!
 //! A slot is reused ("stolen") for another tenant only when `counts == 0` and it has been idle for
 //! `tenant_idle_ms`. The thief CASes `counts` from 0 to `STEALING`, rewrites the key and the
-//! fields, and releases with `counts` = its own pins (`LIVE_ONE` each). Anyone else pins with a CAS that
-//! waits out `STEALING` (never walking past a slot being claimed, maybe for its own key), then
-//! re-reads the key: a pin that succeeded after a steal sees the new key
+//! fields, and releases with `counts` = its own pins (`LIVE_ONE` each) and its place. Anyone else
+//! pins with a CAS that waits out `STEALING` (never walking past a slot being claimed, maybe for
+//! its own key), then re-reads the key: a pin that succeeded after a steal sees the new key
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
 //! holds its own key, never one that now belongs to someone else.
 
@@ -29,10 +34,15 @@ use crate::limits::FACTOR_ONE;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
 
 const QUEUED_ONE: u64 = 1;
-const QUEUED_MASK: u64 = 0xFFFF_FFFF;
-const LIVE_ONE: u64 = 1 << 32;
-const LIVE_MASK: u64 = 0x7FFF_FFFF << 32;
-const STEALING: u64 = 1 << 63;
+const QUEUED_MASK: u64 = (1 << 21) - 1;
+const DEPTH_ONE: u64 = 1 << 21;
+const DEPTH_MASK: u64 = QUEUED_MASK << 21;
+const LIVE_ONE: u64 = 1 << 42;
+const LIVE_MASK: u64 = ((1 << 22) - 1) << 42;
+/// `live` all ones: the slot is being claimed (no count reaches it).
+const STEALING: u64 = LIVE_MASK;
+/// The largest `queued` and `depth` the fields hold.
+const COUNT_MAX: u64 = QUEUED_MASK;
 /// Most slots one lookup probes. Bounds enqueue's cost on a crowded table.
 pub(crate) const PROBE_WINDOW: usize = 512;
 /// "No tenant" in links and staged handles.
@@ -48,10 +58,19 @@ impl Counts {
         self.0 & QUEUED_MASK
     }
 
+    /// Requests waiting (cancelled ones excluded) and places reserved.
+    pub(in crate::core) fn depth(self) -> u64 {
+        (self.0 & DEPTH_MASK) >> 21
+    }
+
+    fn stealing(self) -> bool {
+        self.0 & LIVE_MASK == STEALING
+    }
+
     /// Tickets not yet ended plus pins.
     #[allow(dead_code)] // for debugging and tests of the packing
     pub(in crate::core) fn live(self) -> u64 {
-        (self.0 & LIVE_MASK) >> 32
+        (self.0 & LIVE_MASK) >> 42
     }
 }
 
@@ -66,7 +85,7 @@ pub(crate) struct TenantSlot {
     // ---- line 0: found, pinned, held, scheduled
     /// Hashed tenant key; 0 = never used. Written only by a thief holding `STEALING`.
     pub(in crate::core) key: AtomicU64,
-    /// `live << 32 | queued` (+ `STEALING`); see the module docs.
+    /// `live << 42 | depth << 21 | queued`, or `STEALING`; see the module docs.
     pub(in crate::core) counts: AtomicU64,
     /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek).
     pub(in crate::core) staged: AtomicU64,
@@ -74,8 +93,6 @@ pub(crate) struct TenantSlot {
     pub(in crate::core) credit: AtomicI64,
     /// Owned by the turn holder: the class visit number at which its last visit began.
     pub(in crate::core) last_visit: AtomicU64,
-    /// Logical queued entries (cancelled ones excluded): the tenant queue bound and positions.
-    pub(in crate::core) depth: AtomicU32,
     /// Current configured weight.
     pub(in crate::core) weight: AtomicU32,
     /// Index of the weight class of `weight`.
@@ -230,7 +247,6 @@ impl TenantSlot {
             staged: AtomicU64::new(0),
             credit: AtomicI64::new(0),
             last_visit: AtomicU64::new(0),
-            depth: AtomicU32::new(0),
             weight: AtomicU32::new(0),
             class: AtomicU32::new(0),
             factor: AtomicU32::new(FACTOR_ONE),
@@ -265,6 +281,11 @@ pub(crate) fn slot_count(capacity: usize) -> usize {
     capacity + capacity / 4 + 1
 }
 
+/// What a pin that asks for a place in the tenant's queue gets: `Ok` with the requests ahead of
+/// the place taken, or `Err` with the requests waiting when the queue is full (or no place was
+/// asked: a bound of 0).
+pub(crate) type Place = Result<u32, u32>;
+
 enum Claim {
     Claimed,
     /// Someone else changed the slot first: look again.
@@ -291,6 +312,8 @@ pub(crate) struct TenantTable {
 
 impl TenantTable {
     pub(crate) fn new(capacity: usize, queue_capacity: usize, idle_ns: u64) -> TenantTable {
+        // The config's bounds (2^20 per tenant queue) keep both counts within their fields.
+        debug_assert!(ring_capacity(queue_capacity) as u64 <= COUNT_MAX);
         TenantTable {
             slots: (0..slot_count(capacity))
                 .map(|_| TenantSlot::new(queue_capacity))
@@ -353,18 +376,20 @@ impl TenantTable {
     }
 
     /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns
-    /// `pins` `LIVE` counts on it.
-    fn try_pin(&self, index: usize, key: u64, pins: u64) -> bool {
+    /// `pins` `LIVE` counts on it, and a place in its queue if the queue held fewer than `bound`
+    /// requests ([`Place`]; a bound of 0 asks none).
+    #[inline]
+    fn try_pin(&self, index: usize, key: u64, pins: u64, bound: u32) -> Option<Place> {
         let slot = &self.slots[index];
         self.touch();
         let backoff = Backoff::new();
         let mut current = slot.counts.load(Ordering::Acquire);
-        loop {
+        let got: Place = loop {
             #[cfg(fairq_broken)]
-            if current & STEALING != 0 && crate::broken::on(crate::broken::Break::Claim) {
-                return false; // Broken on purpose: the walk-past the loom models caught.
+            if Counts(current).stealing() && crate::broken::on(crate::broken::Break::Claim) {
+                return None; // Broken on purpose: the walk-past the loom models caught.
             }
-            if current & STEALING != 0 {
+            if Counts(current).stealing() {
                 // A claim is rewriting this slot, possibly for our own key: wait for it (a few
                 // stores, never blocked) instead of walking past. Walking past (found by the loom
                 // models) let a second enqueue of a new tenant claim another slot for the same
@@ -375,38 +400,42 @@ impl TenantTable {
                 current = slot.counts.load(Ordering::Acquire);
                 continue;
             }
+            let ahead = Counts(current).depth() as u32;
+            let got = if ahead < bound { Ok(ahead) } else { Err(ahead) };
+            let take = if got.is_ok() { DEPTH_ONE } else { 0 };
             // Acquire: pairs with a thief's Release of `counts`, so the key read below is the
             // thief's. Release: orders our pin before the key check for a concurrent thief.
             match slot.counts.compare_exchange_weak(
                 current,
-                current + pins * LIVE_ONE,
+                current + pins * LIVE_ONE + take,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => break,
+                Ok(_) => break got,
                 Err(seen) => current = seen,
             }
-        }
+        };
         if current == 0 {
             self.active.fetch_add(1, Ordering::Relaxed);
         }
         #[cfg(fairq_broken)]
         if crate::broken::on(crate::broken::Break::Slot) {
-            return true; // Broken on purpose: trust the key read before the pin.
+            return Some(got); // Broken on purpose: trust the key read before the pin.
         }
         // Acquire: see the key the last thief wrote before it released `counts`.
         if slot.key.load(Ordering::Acquire) == key {
-            return true;
+            return Some(got);
         }
-        self.release_live(index as u32, pins, 0);
-        false
+        let took = if got.is_ok() { DEPTH_ONE } else { 0 };
+        self.release(index as u32, pins * LIVE_ONE + took, 0);
+        None
     }
 
     /// Pins the slot at `index` if it holds a tenant (any key), for table scans.
     pub(crate) fn pin_index(&self, index: u32) -> Option<u32> {
         let slot = self.slots.get(index as usize)?;
         let key = slot.key.load(Ordering::Acquire);
-        (key != 0 && self.try_pin(index as usize, key, 1)).then_some(index)
+        (key != 0 && self.try_pin(index as usize, key, 1, 0).is_some()).then_some(index)
     }
 
     /// Finds `key`'s slot without claiming one, pinned.
@@ -416,23 +445,25 @@ impl TenantTable {
             if seen == 0 {
                 return None;
             }
-            if seen == key && self.try_pin(index, key, 1) {
+            if seen == key && self.try_pin(index, key, 1, 0).is_some() {
                 return Some(index as u32);
             }
         }
         None
     }
 
-    /// Finds or claims `key`'s slot, pinned `pins` times (`enqueue` takes its ticket's count
-    /// and `push_queued`'s extra pin in one RMW). `init` sets up a freshly claimed slot (weight,
-    /// class) while the caller holds it exclusively.
+    /// Finds or claims `key`'s slot, pinned `pins` times, and asks a place in its queue (of at
+    /// most `bound` requests) in the same RMW: `enqueue` takes its ticket's count, `push_queued`'s
+    /// extra pin and its place at once. `init` sets up a freshly claimed slot (weight, class)
+    /// while the caller holds it exclusively.
     pub(crate) fn pin_or_claim(
         &self,
         key: u64,
         now: u64,
         pins: u64,
+        bound: u32,
         init: impl Fn(SlotId, &TenantSlot),
-    ) -> Result<u32, TableFull> {
+    ) -> Result<(u32, Place), TableFull> {
         // A claim can lose a race for its slot; a few rounds settle it.
         let backoff = Backoff::new();
         for _ in 0..8 {
@@ -440,8 +471,10 @@ impl TenantTable {
             for index in self.probe(key) {
                 let slot = &self.slots[index];
                 let seen = slot.key.load(Ordering::Acquire);
-                if seen == key && self.try_pin(index, key, pins) {
-                    return Ok(index as u32);
+                if seen == key {
+                    if let Some(place) = self.try_pin(index, key, pins, bound) {
+                        return Ok((index as u32, place));
+                    }
                 }
                 if seen == 0 {
                     candidate.get_or_insert(index);
@@ -455,7 +488,8 @@ impl TenantTable {
                 return Err(TableFull);
             };
             match self.try_steal(index, key, now, pins, &init) {
-                Claim::Claimed => return Ok(index as u32),
+                // A fresh slot: the queue is empty, so the place is the first.
+                Claim::Claimed => return Ok((index as u32, Ok(0))),
                 // Lost to another claim, maybe still in progress: let it finish before the next
                 // round looks again, or the rounds run out and refuse with a slot free.
                 Claim::Lost => backoff.snooze(),
@@ -508,7 +542,6 @@ impl TenantTable {
         }
         // We own the slot exclusively: `counts` holds STEALING, so no pin can succeed.
         slot.key.store(key, Ordering::Relaxed);
-        debug_assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
         slot.credit.store(0, Ordering::Relaxed);
         slot.debt.store(0, Ordering::Relaxed);
         slot.factor.store(FACTOR_ONE, Ordering::Relaxed);
@@ -522,7 +555,8 @@ impl TenantTable {
         slot.lane_interval.store(0, Ordering::Relaxed);
         init(index as SlotId, slot);
         // Release: publishes the new key and fields to every later pin (their Acquire CAS).
-        slot.counts.store(pins * LIVE_ONE, Ordering::Release);
+        slot.counts
+            .store(pins * LIVE_ONE + DEPTH_ONE, Ordering::Release);
         Claim::Claimed
     }
 
@@ -533,6 +567,50 @@ impl TenantTable {
         self.slots[index as usize]
             .counts
             .fetch_add(LIVE_ONE, Ordering::Relaxed);
+    }
+
+    /// Takes a place in a pinned slot's queue of at most `bound` requests (a requeue). Returns
+    /// the requests ahead, or `Err` with them when the queue is full. One CAS, so the count never
+    /// reads above its bound.
+    pub(in crate::core) fn take_place(&self, index: SlotId, bound: u32) -> Result<u32, u32> {
+        let counts = &self.slots[index as usize].counts;
+        // Relaxed: a bound on a number (the caller's pin keeps the slot; no data moves with it).
+        let mut current = counts.load(Ordering::Relaxed);
+        loop {
+            let ahead = Counts(current).depth() as u32;
+            if ahead >= bound {
+                return Err(ahead);
+            }
+            match counts.compare_exchange_weak(
+                current,
+                current + DEPTH_ONE,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(ahead),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Gives back a place that no request fills (a refusal, a cancel, an expiry). The caller
+    /// still holds a pin, so the slot never goes idle here.
+    pub(in crate::core) fn release_place(&self, index: SlotId) {
+        // Relaxed: as `take_place`.
+        let before = self.slots[index as usize]
+            .counts
+            .fetch_sub(DEPTH_ONE, Ordering::Relaxed);
+        debug_assert!(Counts(before).depth() > 0, "tenant depth below zero");
+        debug_assert!(
+            Counts(before).live() > 0,
+            "a place given back without a pin"
+        );
+    }
+
+    /// The requests the tenant in `index` has waiting now (a snapshot).
+    pub(crate) fn depth(&self, index: SlotId) -> u64 {
+        // Relaxed: a snapshot.
+        Counts(self.slots[index as usize].counts.load(Ordering::Relaxed)).depth()
     }
 
     /// Announces one entry pushed into the slot's queue, turning one of the caller's pins into
@@ -553,10 +631,12 @@ impl TenantTable {
         self.release(index, pins * LIVE_ONE, now)
     }
 
-    /// The turn holder is done with one announced entry. Returns the counts before:
-    /// `queued() <= 1` means the tenant went idle and the turn is given up.
-    pub(in crate::core) fn release_entry(&self, index: SlotId, now: u64) -> Counts {
-        self.release(index, QUEUED_ONE, now)
+    /// The turn holder is done with one announced entry; `granted`: it was granted, so its place
+    /// goes back too (in the same RMW). Returns the counts before: `queued() <= 1` means the
+    /// tenant went idle and the turn is given up.
+    pub(in crate::core) fn release_entry(&self, index: SlotId, granted: bool, now: u64) -> Counts {
+        let place = if granted { DEPTH_ONE } else { 0 };
+        self.release(index, QUEUED_ONE + place, now)
     }
 
     /// Subtracts `delta` (live and/or queued counts) from a slot. When that leaves it idle, the
@@ -565,7 +645,12 @@ impl TenantTable {
         let slot = &self.slots[index as usize];
         // Release: our writes to the slot happen before a thief's Acquire of `counts == 0`.
         let previous = slot.counts.fetch_sub(delta, Ordering::AcqRel);
-        debug_assert!(previous >= delta, "tenant counts underflow");
+        debug_assert!(
+            previous & QUEUED_MASK >= delta & QUEUED_MASK
+                && previous & DEPTH_MASK >= delta & DEPTH_MASK
+                && previous & LIVE_MASK >= delta & LIVE_MASK,
+            "tenant counts underflow"
+        );
         if previous == delta {
             // Written after the slot went idle: a thief may see the older time and take the slot
             // a little early, which only resets an idle tenant's counters.
