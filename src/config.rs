@@ -94,7 +94,9 @@ pub struct Config {
     /// ahead of the weight classes' rotation, for one visit; then it joins its class's rotation.
     /// Backlogged tenants keep exact weighted shares of what the others leave, and through the
     /// lane no tenant gets more than three grants ahead of its share. On by default; off, a tenant
-    /// that becomes ready always waits for its class's turn.
+    /// that becomes ready always waits for its class's turn. Fleet mode turns it off once it sets
+    /// a tenant's effective weight (`Engine::set_fleet_factor`): fleet mode steers shares through
+    /// the rotation, which lane grants skip.
     pub light_lane: bool,
 }
 

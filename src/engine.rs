@@ -270,7 +270,9 @@ impl Engine {
     /// `factor` in 20..=1024 (0.02 to 1). A replica whose tenant is also served elsewhere in a
     /// fleet lowers its factor so the fleet as a whole serves it its share. Takes effect at the
     /// tenant's next turn; the slot keeps it until it is reused by another tenant (a new tenant
-    /// starts at 1024). Returns whether the tenant holds a slot. Never blocks a grant.
+    /// starts at 1024). Returns whether the tenant holds a slot. Never blocks a grant. The first
+    /// call turns the light-tenant lane off for good (`Config::light_lane`): its grants skip the
+    /// rotation that effective weights steer.
     pub fn set_fleet_factor(&self, key: TenantKey, factor: u32) -> Result<bool, Error> {
         self.core.set_fleet_factor(key, factor)
     }

@@ -178,3 +178,26 @@ fn idle_time_banks_nothing() {
         }
     }
 }
+
+/// Fleet mode steers shares by effective weights (`set_fleet_factor`); lane grants skip the
+/// rotation those weights drive, so once fleet mode sets a factor the lane is off.
+#[test]
+fn fleet_steering_turns_the_lane_off() {
+    for steered in [false, true] {
+        let engine = engine(config(true, 1));
+        engine.set_weight_key(key("noisy"), 8).unwrap();
+        for _ in 0..8 {
+            queued(&engine, &request("noisy"), 0);
+        }
+        if steered {
+            assert!(engine.set_fleet_factor(key("noisy"), 1024).unwrap());
+        }
+        for _ in 0..20 {
+            let t = serve(&engine);
+            queued(&engine, &Request::new(t, fairq::Dimension::User), 0);
+        }
+        queued(&engine, &request("light"), 0);
+        let first = serve(&engine) == key("light");
+        assert_eq!(first, !steered, "steered by fleet mode: {steered}");
+    }
+}

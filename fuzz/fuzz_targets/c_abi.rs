@@ -249,6 +249,8 @@ struct ConfigSpec {
     tenant_idle_ms: Option<Millis>,
     /// Seats on (`fairq_engine_builder_set_seats`): `max_in_flight` counts cost units.
     seats: bool,
+    /// The light-tenant lane off (`fairq_engine_builder_set_light_lane`; on by default).
+    lane_off: bool,
 }
 
 impl ConfigSpec {
@@ -809,8 +811,8 @@ fn make_engine(
     );
     if rc == FAIRQ_OK {
         assert!(!engine.is_null());
-        if spec.seats {
-            // The same config through the builder, with seats on.
+        if spec.seats || spec.lane_off {
+            // The same config through the builder, with seats on or the lane off.
             // SAFETY: `engine` is live and ours; the builder calls get valid pointers.
             unsafe {
                 fairq_engine_free(engine);
@@ -819,7 +821,11 @@ fn make_engine(
                     fairq_engine_builder_new(&config, &mut builder, null_mut(), 0),
                     FAIRQ_OK
                 );
-                assert_eq!(fairq_engine_builder_set_seats(builder, true), FAIRQ_OK);
+                assert_eq!(fairq_engine_builder_set_seats(builder, spec.seats), FAIRQ_OK);
+                assert_eq!(
+                    fairq_engine_builder_set_light_lane(builder, !spec.lane_off),
+                    FAIRQ_OK
+                );
                 engine = null_mut();
                 assert_eq!(fairq_engine_builder_build(builder, &mut engine), FAIRQ_OK);
                 fairq_engine_builder_free(builder);
@@ -843,6 +849,7 @@ fn make_engine(
         max_wait_ms: None,
         tenant_idle_ms: None,
         seats: false,
+        lane_off: false,
     };
     let config = fallback.build();
     // SAFETY: as above.

@@ -30,6 +30,9 @@
 //! before the first grant go through the rotation, so every tenant backlogged from the start
 //! gets SWRR's exact windows.
 //!
+//! Fleet mode steers each replica's shares through effective weights, that is through the
+//! rotation, which lane grants skip; the first `set_fleet_factor` turns the lane off.
+//!
 //! The tags are the turn holder's (stores, no RMW); `V` is summed from per-class counters that
 //! granters bump with a load and a store, so two granters of one class may lose an increment:
 //! `V` may run a little slow, which only makes the lane stricter.

@@ -29,7 +29,7 @@ mod wheel;
 
 use crate::identity::TenantKey;
 use crate::limits::{FACTOR_ONE, MAX_COST, MAX_WEIGHT, MIN_FLEET_FACTOR, MS};
-use crate::sync::{AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
+use crate::sync::{AtomicBool, AtomicU64, Backoff, CachePadded, Mutex, Ordering, SharedPtr};
 use crate::types::{
     Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
     Stats, Ticket,
@@ -221,6 +221,9 @@ pub(crate) struct Core<H> {
     wide: CachePadded<AtomicU64>,
     /// With seats on, the permit word counts seats: this counts the grants out (`stats`).
     grants_out: CachePadded<AtomicU64>,
+    /// Set once fleet mode schedules a tenant at an effective weight: the light-tenant lane is
+    /// then off, since its grants would bypass the weights fleet mode steers by.
+    fleet_steered: AtomicBool,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
     counters: Box<[CachePadded<Counters>]>,
@@ -256,6 +259,7 @@ impl<H: Hooks> Core<H> {
             permits: Permits::new(limits.queue_capacity, limits.max_in_flight),
             wide: CachePadded::new(AtomicU64::new(NO_WIDE)),
             grants_out: CachePadded::new(AtomicU64::new(0)),
+            fleet_steered: AtomicBool::new(false),
             clock: CachePadded::new(AtomicU64::new(0)),
             counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             limits,
@@ -579,7 +583,10 @@ impl<H: Hooks> Core<H> {
     fn enter_ready(&self, t: SlotId, class: ClassId, now: u64) {
         self.hooks.became_ready(t, now);
         let slot = self.tenants.slot(t);
-        let lane = self.limits.light_lane && lane::admits(slot, self.classes.served());
+        let lane = self.limits.light_lane
+            // Relaxed: a switch; a placement that misses it just made serves one lane grant.
+            && !self.fleet_steered.load(Ordering::Relaxed)
+            && lane::admits(slot, self.classes.served());
         self.classes.make_ready(class, t, slot, lane);
     }
 
@@ -1382,6 +1389,10 @@ impl<H: Hooks> Core<H> {
         };
         // Relaxed: the tenant's turn holder reads it at its next placement or visit.
         self.tenants.slot(t).factor.store(factor, Ordering::Relaxed);
+        if !self.fleet_steered.load(Ordering::Relaxed) {
+            // Relaxed: as above.
+            self.fleet_steered.store(true, Ordering::Relaxed);
+        }
         self.tenants.release_live(t, 1, 0);
         Ok(true)
     }
