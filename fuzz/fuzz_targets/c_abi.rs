@@ -821,7 +821,10 @@ fn make_engine(
                     fairq_engine_builder_new(&config, &mut builder, null_mut(), 0),
                     FAIRQ_OK
                 );
-                assert_eq!(fairq_engine_builder_set_seats(builder, spec.seats), FAIRQ_OK);
+                assert_eq!(
+                    fairq_engine_builder_set_seats(builder, spec.seats),
+                    FAIRQ_OK
+                );
                 assert_eq!(
                     fairq_engine_builder_set_light_lane(builder, !spec.lane_off),
                     FAIRQ_OK
