@@ -53,6 +53,22 @@ pub struct fairq_engine_builder {
 /// "fairq-bu" in ASCII.
 const BUILDER_MAGIC: u64 = 0x6661_6972_712d_6275;
 
+/// The body every plain setter shares: applies `change` to the builder's configuration and
+/// validates it (`fairq_engine_builder::update`), behind the panic boundary.
+///
+/// # Safety
+/// `builder` must be NULL or a live builder.
+unsafe fn update_builder(
+    builder: *mut fairq_engine_builder,
+    change: impl FnOnce(&mut Config) -> Result<(), String>,
+) -> i32 {
+    ffi_status!({
+        // SAFETY: NULL or a live builder, by the caller's contract.
+        let builder = unsafe { builder_mut(builder) }?;
+        builder.update(change)
+    })
+}
+
 /// Borrows the builder behind a handle, mutably.
 ///
 /// # Safety
@@ -263,17 +279,16 @@ pub unsafe extern "C" fn fairq_engine_builder_set_starvation_guard(
     min_grants_per_minute: u32,
     min_share_percent: u32,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.policy.starvation_guard = (min_grants_per_minute != 0).then_some(StarvationGuard {
                 min_grants_per_minute,
                 min_share_percent,
             });
             Ok(())
         })
-    })
+    }
 }
 
 /// Turns the wait boost on: a tenant ready and unserved for longer than `after_ms`
@@ -289,17 +304,16 @@ pub unsafe extern "C" fn fairq_engine_builder_set_wait_boost(
     after_ms: u64,
     max_boosted: u32,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.policy.wait_boost = (after_ms != 0).then_some(WaitBoost {
                 after_ms,
                 max_boosted,
             });
             Ok(())
         })
-    })
+    }
 }
 
 /// Turns the feedback controller on: once per `period_ms` (60000..=3600000) of `fairq_tick`
@@ -318,10 +332,9 @@ pub unsafe extern "C" fn fairq_engine_builder_set_feedback(
     floor_percent: u32,
     ceiling_percent: u32,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.policy.feedback = (period_ms != 0).then(|| FeedbackController {
                 period_ms,
                 floor_percent,
@@ -330,7 +343,7 @@ pub unsafe extern "C" fn fairq_engine_builder_set_feedback(
             });
             Ok(())
         })
-    })
+    }
 }
 
 /// The feedback controller's thresholds: raise a tenant whose period fair-share ratio is below
@@ -348,10 +361,9 @@ pub unsafe extern "C" fn fairq_engine_builder_set_feedback_thresholds(
     high_ratio_percent: u32,
     min_expected_cost: u64,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             let Some(feedback) = c.policy.feedback.as_mut() else {
                 return Err(
                     "invalid config `policy.feedback`: the feedback controller is off \
@@ -364,7 +376,7 @@ pub unsafe extern "C" fn fairq_engine_builder_set_feedback_thresholds(
             feedback.min_expected_cost = min_expected_cost;
             Ok(())
         })
-    })
+    }
 }
 
 /// Adds a bulkhead pool: at most `max_in_flight` (1..=the config's `max_in_flight`) grants of
@@ -416,10 +428,9 @@ pub unsafe extern "C" fn fairq_engine_builder_set_shedding(
     window_ms: u64,
     min_requests: u32,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.shedding = (error_percent != 0).then(|| Shedding {
                 error_percent,
                 window_ms,
@@ -430,7 +441,7 @@ pub unsafe extern "C" fn fairq_engine_builder_set_shedding(
             });
             Ok(())
         })
-    })
+    }
 }
 
 /// Turns the fairness indicators (per-tenant wait p95, refusal rate, fair-share ratio,
@@ -446,14 +457,13 @@ pub unsafe extern "C" fn fairq_engine_builder_set_indicators(
     builder: *mut fairq_engine_builder,
     on: bool,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.indicators = on;
             Ok(())
         })
-    })
+    }
 }
 
 /// How many tenants get their own fairness-indicator series in the Prometheus text (the top K
@@ -466,14 +476,13 @@ pub unsafe extern "C" fn fairq_engine_builder_set_indicator_top_k(
     builder: *mut fairq_engine_builder,
     top_k: u32,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.indicator_top_k = top_k;
             Ok(())
         })
-    })
+    }
 }
 
 /// Seats: `max_in_flight` counts cost units instead of requests. A grant takes its request's
@@ -488,14 +497,13 @@ pub unsafe extern "C" fn fairq_engine_builder_set_seats(
     builder: *mut fairq_engine_builder,
     on: bool,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.seats = on;
             Ok(())
         })
-    })
+    }
 }
 
 /// The light-tenant lane: a tenant that becomes ready (from idle, after a Retry-After, or when
@@ -512,14 +520,13 @@ pub unsafe extern "C" fn fairq_engine_builder_set_light_lane(
     builder: *mut fairq_engine_builder,
     on: bool,
 ) -> i32 {
-    ffi_status!({
-        // SAFETY: NULL or a live builder, by contract.
-        let builder = unsafe { builder_mut(builder) }?;
-        builder.update(|c| {
+    // SAFETY: NULL or a live builder, by contract.
+    unsafe {
+        update_builder(builder, |c| {
             c.light_lane = on;
             Ok(())
         })
-    })
+    }
 }
 
 /// Builds an engine from the builder's configuration and writes it to `*engine_out`; the
