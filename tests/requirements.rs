@@ -258,6 +258,24 @@ fn a_tenant_whose_head_is_not_ready_is_skipped_and_not_charged() {
 }
 
 #[test]
+fn a_granter_whose_clock_is_a_little_behind_the_enqueuers_grants_at_once() {
+    // Each thread reads its own clock: a request with no Retry-After, enqueued at t and looked for
+    // by a thread whose clock says t - 100 us, is granted then, not parked until the wheel's next
+    // tick (with two threads on one tenant that parked it on most grants).
+    let engine = engine(Config::default());
+    let t = 10 * MS;
+    queued(&engine, &request("a"), t);
+    let first = granted(&engine, t);
+    engine
+        .complete_at(first.ticket, Outcome::Admitted, None, t)
+        .unwrap();
+    queued(&engine, &request("a"), t + MS / 2);
+    let g = granted(&engine, t + MS / 2 - MS / 10);
+    assert_eq!(g.tenant, key("a"));
+    assert_eq!(engine.next_wakeup_ns(), None);
+}
+
+#[test]
 fn at_most_max_in_flight_grants_are_out() {
     let engine = engine(Config {
         max_in_flight: 3,

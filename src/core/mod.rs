@@ -110,6 +110,17 @@ struct Counters {
     refused: [AtomicU64; Reason::ALL.len()],
 }
 
+/// When a request with a Retry-After of `retry_after_ns`, queued at `now`, may be granted. Without
+/// one it is 0, ready whatever the granter's clock says: callers on other threads read their own
+/// clocks, and one a little behind the enqueuer's must not park a request that asked for no wait.
+fn not_before(now: u64, retry_after_ns: u64) -> u64 {
+    if retry_after_ns == 0 {
+        0
+    } else {
+        now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE)
+    }
+}
+
 fn bump(counter: &AtomicU64) {
     // Relaxed: statistics; no data is published through counters.
     counter.fetch_add(1, Ordering::Relaxed);
@@ -373,9 +384,7 @@ impl<H: Hooks> Core<H> {
                 downstream: request.downstream,
                 user_data: request.user_data,
                 deadline: now.saturating_add(budget),
-                not_before: now
-                    .saturating_add(request.retry_after_ns)
-                    .min(LATEST_NOT_BEFORE),
+                not_before: not_before(now, request.retry_after_ns),
                 enqueued_at: now,
                 estimated_wait: estimated_wait_ns,
             },
@@ -1143,9 +1152,12 @@ impl<H: Hooks> Core<H> {
             return refuse(Reason::WaitExceedsBudget, position);
         }
         let estimated_wait_ns = self.estimate(self.tenants.slot(t), retry_after_ns, position);
-        let not_before = now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE);
-        self.tickets
-            .requeue(ticket, not_before, position, estimated_wait_ns);
+        self.tickets.requeue(
+            ticket,
+            not_before(now, retry_after_ns),
+            position,
+            estimated_wait_ns,
+        );
         self.hooks.queued(fields.downstream, 1);
         if self.push_queued(t, ticket, now, false) == Pushed::Refused {
             self.hooks.queued(fields.downstream, -1);
