@@ -225,10 +225,7 @@ fn queued_gauge_never_reads_above_its_bound() {
                             // thread's cancel may have ended it since: a cancel ends a granted
                             // request too, and then the completion finds it stale.
                             let done = engine.complete_at(g.ticket, Outcome::Admitted, None, i);
-                            assert!(
-                                matches!(done, Ok(_) | Err(Error::StaleTicket)),
-                                "{done:?}"
-                            );
+                            assert!(matches!(done, Ok(_) | Err(Error::StaleTicket)), "{done:?}");
                         }
                     }
                 }
