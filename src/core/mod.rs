@@ -232,9 +232,10 @@ pub(crate) struct Core<H> {
     wide: CachePadded<AtomicU64>,
     /// With seats on, the permit word counts seats: this counts the grants out (`stats`).
     grants_out: CachePadded<AtomicU64>,
-    /// Set once fleet mode schedules a tenant at an effective weight: the light-tenant lane is
-    /// then off, since its grants would bypass the weights fleet mode steers by.
-    fleet_steered: AtomicBool,
+    /// Whether tenants that become ready may enter the light-tenant lane: the config's switch,
+    /// cleared for good once fleet mode schedules a tenant at an effective weight (lane grants
+    /// would bypass the weights fleet mode steers by).
+    lane_open: AtomicBool,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
     counters: Box<[CachePadded<Counters>]>,
@@ -270,7 +271,7 @@ impl<H: Hooks> Core<H> {
             permits: Permits::new(limits.queue_capacity, limits.max_in_flight),
             wide: CachePadded::new(AtomicU64::new(NO_WIDE)),
             grants_out: CachePadded::new(AtomicU64::new(0)),
-            fleet_steered: AtomicBool::new(false),
+            lane_open: AtomicBool::new(limits.light_lane),
             clock: CachePadded::new(AtomicU64::new(0)),
             counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             limits,
@@ -592,10 +593,9 @@ impl<H: Hooks> Core<H> {
     fn enter_ready(&self, t: SlotId, class: ClassId, now: u64) {
         self.hooks.became_ready(t, now);
         let slot = self.tenants.slot(t);
-        let lane = self.limits.light_lane
-            // Relaxed: a switch; a placement that misses it just made serves one lane grant.
-            && !self.fleet_steered.load(Ordering::Relaxed)
-            && lane::admits(slot, self.classes.served());
+        // Relaxed: a switch; a placement that misses it just made serves one lane grant.
+        let lane =
+            self.lane_open.load(Ordering::Relaxed) && lane::admits(slot, self.classes.served());
         self.classes.make_ready(class, t, slot, lane);
     }
 
@@ -1401,9 +1401,9 @@ impl<H: Hooks> Core<H> {
         };
         // Relaxed: the tenant's turn holder reads it at its next placement or visit.
         self.tenants.slot(t).factor.store(factor, Ordering::Relaxed);
-        if !self.fleet_steered.load(Ordering::Relaxed) {
+        if self.lane_open.load(Ordering::Relaxed) {
             // Relaxed: as above.
-            self.fleet_steered.store(true, Ordering::Relaxed);
+            self.lane_open.store(false, Ordering::Relaxed);
         }
         self.tenants.release_live(t, 1, 0);
         Ok(true)
