@@ -461,15 +461,15 @@ fn a_frozen_redis_counts_every_grant_exactly_once() {
         sent_frozen >= 1,
         "{sent_frozen} requests written during the freeze"
     );
-    let sent: u64 = threads.iter().map(|t| t.status().pipelines).sum();
+    // Stop first: a thread still running may write its next request between the two counts.
+    let mut fleets: Vec<_> = threads.into_iter().map(|t| t.stop()).collect();
+    let sent: u64 = fleets.iter().map(|f| f.status().pipelines).sum();
     let ran = evalsha_calls(&server);
     assert_eq!(
         ran, sent,
         "Redis ran every request written, late ones included"
     );
-    // Stop, then sync by hand until nothing is pending or in doubt (a resent batch, then the
-    // merged rest).
-    let mut fleets: Vec<_> = threads.into_iter().map(|t| t.stop()).collect();
+    // Sync by hand until nothing is pending or in doubt (a resent batch, then the merged rest).
     for f in &mut fleets {
         for round in 0..5 {
             f.sync(fairq::now_ns()).unwrap();
