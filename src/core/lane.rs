@@ -48,6 +48,11 @@ use crate::core::classes::Classes;
 /// and with one the cluster's later requests missed the lane more often (`docs/design.md`, "The light-tenant lane").
 const SLACK_GRANTS: u64 = 2;
 
+/// Finish times and intervals are kept in 1/`TAG_UNIT` cost units: in whole units, a tenant
+/// with more than half the ready weight (`W/w < 2`) would be charged one unit per unit granted,
+/// as if it were the only ready tenant, never run ahead of `V`, and so re-enter after each grant.
+const TAG_UNIT: u64 = 1024;
+
 /// The tenants waiting in the lane, each with the class whose ready count includes it.
 pub(crate) struct Lane {
     /// `class << 32 | tenant`. Every tenant is in it at most once (its turn holder pushed it).
@@ -81,15 +86,24 @@ impl Lane {
 }
 
 /// Holder: charges tenant `slot` for a grant of `cost` picked at SWRR total `total`.
+#[inline]
 pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64) {
     let weight = slot.effective_weight().max(1);
     let total = (total.max(0) as u64).max(weight);
     let interval = if total == weight {
         // The only ready tenant (the common case with few tenants): no division.
-        u64::from(cost)
+        u64::from(cost) * TAG_UNIT
     } else {
-        let exact = u128::from(cost) * u128::from(total) / u128::from(weight);
-        u64::try_from(exact).unwrap_or(u64::MAX)
+        // Rounded up: rounded down, the error would add up over a tenant's grants and let it
+        // drift ahead of its share through the lane. In 64 bits unless the product overflows.
+        let scaled = u64::from(cost) * TAG_UNIT;
+        match scaled.checked_mul(total) {
+            Some(product) => product.div_ceil(weight),
+            None => {
+                let exact = (u128::from(scaled) * u128::from(total)).div_ceil(u128::from(weight));
+                u64::try_from(exact).unwrap_or(u64::MAX)
+            }
+        }
     };
     // Relaxed load + store: the tags are the turn holder's, handed over with the turn.
     let finish = slot.lane_finish.load(Ordering::Relaxed);
@@ -101,6 +115,7 @@ pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64) {
 /// Holder: whether tenant `slot`, becoming ready at virtual time `now_v`, enters the lane; if
 /// so its finish time is raised to `now_v` when behind.
 pub(crate) fn admits(slot: &TenantSlot, now_v: u64) -> bool {
+    let now_v = now_v.saturating_mul(TAG_UNIT);
     // Relaxed: as in `charge`.
     let finish = slot.lane_finish.load(Ordering::Relaxed);
     let interval = slot.lane_interval.load(Ordering::Relaxed);
