@@ -39,6 +39,9 @@ pub enum Break {
     Held,
     /// A tenant is handed to the light-tenant lane before it is counted ready in its class.
     Lane,
+    /// The start-up's charge of the first window stores the SWRR credits instead of adding
+    /// the change, so a pick stepping meanwhile loses its step.
+    FirstWindow,
 }
 
 thread_local! {

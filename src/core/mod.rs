@@ -37,7 +37,7 @@ use crate::types::{
 use crate::weights::WeightTable;
 
 pub(crate) use classes::ClassView;
-use classes::{ClassWeights, Classes, CLASS_LIMIT};
+use classes::{ClassWeights, Classes, Start, CLASS_LIMIT};
 pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
 use permits::{Capacity, Permits};
 #[cfg(loom)]
@@ -632,12 +632,21 @@ impl<H: Hooks> Core<H> {
         // A read: the permit itself is taken with the grant (`Permits::grant`).
         match self.permits.capacity() {
             Capacity::Free => {}
-            Capacity::Full => return Some(NextGrant::AtCapacity),
+            Capacity::Full => {
+                if self.classes.start() == Start::Open {
+                    self.first_wait();
+                }
+                return Some(NextGrant::AtCapacity);
+            }
             Capacity::Wide => match self.serve_wide(now) {
                 Wide::Answer(answer) => return Some(answer),
                 Wide::Pick => {}
                 Wide::Again => return None,
             },
+        }
+        if self.classes.start() == Start::Waiting {
+            // A permit is free again after requests waited: charge the first window first.
+            self.classes.charge_first_window(self.permits.max());
         }
         // A class owed service out of turn (the starvation guard, off by default) goes first,
         // outside SWRR, so no SWRR credit changes.
@@ -732,6 +741,52 @@ impl<H: Hooks> Core<H> {
             }
         }
         None
+    }
+
+    /// Counts a grant of `cost` in `class` on the lane's clock and, with the lane on, charges
+    /// it to tenant `slot`. During the start-up (`classes.rs`, "The first window"), a grant in
+    /// the first window is shared against every class present, and a lane grant right after it
+    /// pays its SWRR step, so the start-up's lane entries take nothing from the split.
+    fn record_served(
+        &self,
+        slot: &TenantSlot,
+        class: ClassId,
+        cost: u32,
+        total: i64,
+        visit: Visit,
+        start: Start,
+    ) {
+        let mut total = total;
+        match start {
+            Start::Open | Start::Waiting => total = total.max(self.classes.present_total()),
+            Start::Charged if visit == Visit::Lane => {
+                self.classes.charge(class as usize, i64::from(cost));
+            }
+            _ => {}
+        }
+        if self.limits.light_lane {
+            lane::charge(slot, cost, total);
+        }
+        self.classes.record_served(class, cost);
+        if start != Start::Done {
+            let window = self.permits.max();
+            let limit = if start == Start::Charged {
+                2 * window
+            } else {
+                window
+            };
+            if self.classes.served() > limit {
+                self.classes.end_start();
+            }
+        }
+    }
+
+    /// Permits ran out: if requests wait, the next grant charges the first window's grants.
+    #[cold]
+    fn first_wait(&self) {
+        if self.permits.load().0 > 0 {
+            self.classes.first_wait();
+        }
     }
 
     /// Takes a tenant from the picked class. When the ring is empty but the class still counts
@@ -917,6 +972,9 @@ impl<H: Hooks> Core<H> {
                 }
                 // Its credit covers the head: it stays next in its class.
                 self.classes.put_back(class, t, true, slot);
+                if self.classes.start() == Start::Open {
+                    self.first_wait();
+                }
                 return Served::AtCapacity;
             }
             if self.limits.seats {
@@ -947,9 +1005,9 @@ impl<H: Hooks> Core<H> {
             if visit == Visit::Lane {
                 slot.record_lane_grant();
             }
-            if self.limits.light_lane {
-                lane::charge(slot, cost, total);
-                self.classes.record_served(class, cost);
+            let start = self.classes.start();
+            if self.limits.light_lane || start != Start::Done {
+                self.record_served(slot, class, cost, total, visit, start);
             }
             let waited_ns = now.saturating_sub(fields.enqueued_at);
             let event = GrantEvent {
