@@ -983,8 +983,10 @@ impl Classes {
         let cap = (i128::from(permits).max(1) * gains).min(i128::from(i64::MAX / 4));
         let largest = targets.iter().map(|(_, t)| t.abs()).max().unwrap_or(0);
         if largest > cap {
+            // Divided by a whole factor (no product to overflow): at most `cap` each after.
+            let factor = (largest + cap - 1) / cap;
             for (_, target) in targets.iter_mut() {
-                *target = *target * cap / largest;
+                *target /= factor;
             }
             let rest: i128 = targets.iter().map(|(_, t)| t).sum();
             if let Some((_, last)) = targets.last_mut() {
