@@ -46,8 +46,8 @@
 //!   uncharged: the engine has been serving without contention for a while.
 //! - *Waiting*: requests wait. The next grant first charges the window: each present class's
 //!   credit gains what SWRR would have charged it had every present class been ready for those
-//!   grants (picked alone, they changed no credit), at most a window of picks either way. A tenant that arrived while the others waited is
-//!   present too: it is owed its share of the first window.
+//!   grants (picked alone, they changed no credit), at most a window of picks either way. A
+//!   tenant that arrived while the others waited is present too: it is owed its share.
 //! - *Charged*: for one more window a lane grant pays its SWRR step (the start-up's tenants all
 //!   come back "from idle", and would otherwise take a grant each outside the split).
 //! - *Done*: grants are charged as usual. The state is read once per grant.
@@ -934,12 +934,13 @@ impl Classes {
 
     /// The first grant after requests first waited: the first window's grants are charged to
     /// the SWRR credits as if every class present now had been ready for all of them (a class
-    /// whose tenants arrived while the others waited is present too). Each class's
-    /// credit gains what those unit steps would have given it, `S·g − s·G` (`S`, `G`: cost units
-    /// and gains of all present classes; `s`, `g`: the class's), at most `permits` picks either
-    /// way; the changes sum to 0, and are added, so picks racing the charge keep their steps. The charger holds the batch computer's flag, as the credits' scale is the
-    /// batch's (`settle`); while another caller computes a batch it leaves the charge to the
-    /// next grant. Only one caller charges.
+    /// whose tenants arrived while the others waited is present too). Each class's credit
+    /// gains what those unit steps would have given it, `S·g − s·G` (`S`, `G`: cost units and
+    /// gains of all present classes; `s`, `g`: the class's), at most `permits` picks either way;
+    /// the changes sum to 0, and are added, so picks racing the charge keep their steps. The
+    /// charger holds the batch computer's flag, as the credits' scale is the batch's (`settle`);
+    /// while another caller computes a batch it leaves the charge to the next grant. Only one
+    /// caller charges.
     pub(crate) fn charge_first_window(&self, permits: u64) {
         let schedule = &self.schedule;
         // Acquire: as in `pick_batched`, the previous computer's writes happen before ours.
