@@ -633,9 +633,7 @@ impl<H: Hooks> Core<H> {
         match self.permits.capacity() {
             Capacity::Free => {}
             Capacity::Full => {
-                if self.classes.start() == Start::Open {
-                    self.first_wait();
-                }
+                self.note_wait();
                 return Some(NextGrant::AtCapacity);
             }
             Capacity::Wide => match self.serve_wide(now) {
@@ -752,11 +750,10 @@ impl<H: Hooks> Core<H> {
         slot: &TenantSlot,
         class: ClassId,
         cost: u32,
-        total: i64,
+        mut total: i64,
         visit: Visit,
         start: Start,
     ) {
-        let mut total = total;
         match start {
             Start::Open | Start::Waiting => total = total.max(self.classes.present_total()),
             Start::Charged if visit == Visit::Lane => {
@@ -781,10 +778,11 @@ impl<H: Hooks> Core<H> {
         }
     }
 
-    /// Permits ran out: if requests wait, the next grant charges the first window's grants.
-    #[cold]
-    fn first_wait(&self) {
-        if self.permits.load().0 > 0 {
+    /// Permits ran out: if requests wait for the first time, the next grant charges the first
+    /// window's grants.
+    #[inline]
+    fn note_wait(&self) {
+        if self.classes.start() == Start::Open && self.permits.load().0 > 0 {
             self.classes.first_wait();
         }
     }
@@ -972,9 +970,7 @@ impl<H: Hooks> Core<H> {
                 }
                 // Its credit covers the head: it stays next in its class.
                 self.classes.put_back(class, t, true, slot);
-                if self.classes.start() == Start::Open {
-                    self.first_wait();
-                }
+                self.note_wait();
                 return Served::AtCapacity;
             }
             if self.limits.seats {
