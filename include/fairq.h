@@ -251,7 +251,7 @@ typedef struct fairq_fleet fairq_fleet;
 //
 // Besides each field's range, the engine's fixed tables must fit in 4 GiB (4294967296 bytes),
 // so the largest values cannot all be used at once. The tables take
-// `S * (640 + 16 * R) + max_weight_classes * (256 + 16 * S) + 80 * (queue_capacity +
+// `S * (640 + 16 * R) + max_weight_classes * (256 + 16 * S) + 64 * (queue_capacity +
 // max_in_flight)` bytes, where `S = max_tenants + max_tenants / 4 + 1` (tenant slots) and
 // `R = tenant_queue_capacity + tenant_queue_capacity / 2 + 1` (ring entries per tenant): about
 // `max_tenants * (820 + 30 * tenant_queue_capacity + 20 * max_weight_classes)` bytes plus the

@@ -28,7 +28,7 @@ const MAX_TOP_K: u32 = 1_000;
 /// Besides each field's range, the fixed tables ([`Config::table_bytes`]) must fit in
 /// `MAX_ENGINE_BYTES` (4 GiB), so the largest values cannot all be used at once: about
 /// `max_tenants × (820 + 30 × tenant_queue_capacity + 20 × (max_weight_classes + downstream
-/// classes))` bytes plus `80 × (queue_capacity + max_in_flight)`. With the other fields at their
+/// classes))` bytes plus `64 × (queue_capacity + max_in_flight)`. With the other fields at their
 /// defaults, `max_tenants` 4194304 fits only with `tenant_queue_capacity` 1, and
 /// `tenant_queue_capacity` 1048576 only with `max_tenants` up to 135. [`Config::validate`]
 /// names the fields whose product is too large.
@@ -238,7 +238,7 @@ impl Config {
     /// tickets. With `S = max_tenants + max_tenants / 4 + 1` tenant slots and
     /// `R = tenant_queue_capacity + tenant_queue_capacity / 2 + 1` ring entries per tenant:
     /// `S × (640 + 16 × R) + (max_weight_classes + downstream classes) × (256 + 16 × S) +
-    /// 80 × (queue_capacity + max_in_flight)`. At most `MAX_ENGINE_BYTES` is allowed.
+    /// 64 × (queue_capacity + max_in_flight)`. At most `MAX_ENGINE_BYTES` is allowed.
     pub fn table_bytes(&self) -> u64 {
         self.tables().iter().map(|&(_, b)| b).sum()
     }
@@ -249,8 +249,7 @@ impl Config {
         let ring = crate::core::ring_capacity(self.tenant_queue_capacity as usize) as u64;
         let per_tenant = 640 + 16 * ring;
         let rings = u64::from(self.max_weight_classes) * (256 + 16 * tenants);
-        // A ticket: its cell (a line) and its two tallies.
-        let tickets = 80 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
+        let tickets = 64 * (u64::from(self.queue_capacity) + u64::from(self.max_in_flight));
         let pools = self.downstream_max_in_flight.len() as u64 * (256 + 16 * tenants);
         [
             ("max_tenants x tenant_queue_capacity", tenants * per_tenant),

@@ -221,7 +221,7 @@ fn header_table_bytes(c: &fairq_config) -> u64 {
     let r = q + q / 2 + 1;
     s * (640 + 16 * r)
         + u64::from(c.max_weight_classes) * (256 + 16 * s)
-        + 80 * (u64::from(c.queue_capacity) + u64::from(c.max_in_flight))
+        + 64 * (u64::from(c.queue_capacity) + u64::from(c.max_in_flight))
 }
 
 fn check(c: &fairq_config) -> (i32, String) {

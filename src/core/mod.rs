@@ -101,6 +101,8 @@ pub(crate) struct Limits {
 
 #[derive(Default)]
 struct Counters {
+    enqueued: AtomicU64,
+    completed: AtomicU64,
     requeued: AtomicU64,
     cancelled: AtomicU64,
     expired: AtomicU64,
@@ -389,8 +391,6 @@ impl<H: Hooks> Core<H> {
             },
         );
         debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
-        // Tallied while the cell is still ours (`tickets.rs`); a refused push takes it back.
-        self.tickets.count_enqueued(ticket);
         // Counted before it is published, so a cancel's decrement never comes first.
         self.hooks.queued(request.downstream, 1);
         if self.push_queued(t, ticket, now, true) == Pushed::Refused {
@@ -404,6 +404,7 @@ impl<H: Hooks> Core<H> {
                 waited_ns: 0,
             }));
         }
+        bump(&self.shard(u64::from(ticket.index())).enqueued);
         Ok(Enqueued::Queued {
             ticket,
             position,
@@ -471,7 +472,7 @@ impl<H: Hooks> Core<H> {
     /// every reservation is released (`Pushed::Refused`), unless a cancel ended it first
     /// (`Pushed::Cancelled`: the request was queued, then cancelled, and ended once, there).
     /// `pinned`: the caller already holds the extra pin described below (`enqueue` takes it with
-    /// its own), which marks a new request; false for a requeue.
+    /// its own).
     fn push_queued(&self, t: SlotId, ticket: Ticket, now: u64, pinned: bool) -> Pushed {
         // An extra pin for the window between publishing the ticket and announcing its entry: a
         // cancel may end the ticket as soon as it is published and drop the ticket's own `live`
@@ -486,12 +487,7 @@ impl<H: Hooks> Core<H> {
             // Only when producers that have not finished writing hold the free entries. A cancel
             // may have ended the ticket since `publish` (then the canceller released it all and
             // the request ended there, once).
-            // A new request's enqueue tally goes back with the cell; a requeue's was counted once.
-            let ours = if pinned {
-                self.tickets.end_unqueued(ticket)
-            } else {
-                self.tickets.end(ticket, QUEUED)
-            };
+            let ours = self.tickets.end(ticket, QUEUED);
             if ours {
                 self.unreserve(t);
                 self.tenants.release_live(t, 1, now);
@@ -1166,12 +1162,13 @@ impl<H: Hooks> Core<H> {
             Outcome::Admitted => {
                 // Straight from granted to free: one CAS. The slot stays pinned by the
                 // ticket's `live` count until the release below.
-                if !self.tickets.end_completed(ticket) {
+                if !self.tickets.end(ticket, GRANTED) {
                     return Err(refused_state());
                 }
                 self.correct_cost(t, fields.cost, actual_cost);
                 self.end_grant(fields.cost, fields.downstream, now);
                 self.tenants.release_live(t, 1, now);
+                bump(&self.shard(spread).completed);
                 return Ok(Completion::Completed);
             }
         };
@@ -1591,10 +1588,11 @@ impl<H: Hooks> Core<H> {
             stats.granted += slot.grants_total();
             stats.lane_granted += slot.lane_grants_total();
         }
-        (stats.enqueued, stats.completed) = self.tickets.tallies();
         for shard in self.counters.iter() {
             // Relaxed: a snapshot of statistics.
             let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            stats.enqueued += get(&shard.enqueued);
+            stats.completed += get(&shard.completed);
             stats.requeued += get(&shard.requeued);
             stats.cancelled += get(&shard.cancelled);
             stats.expired += get(&shard.expired);

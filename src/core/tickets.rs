@@ -15,12 +15,6 @@
 //! publishes the handle, a completer that won the CAS into `REQUEUING`), and read by the thread
 //! that pops the handle from a tenant queue. The queue's push (Release) / pop (Acquire) carries
 //! them, so they are plain `Relaxed` atomics.
-//!
-//! The two statistics every cycle moves, requests enqueued and grants completed, are tallied per
-//! cell by the same owners: the enqueuer before it publishes the ticket, the completer between
-//! its winning CAS and the push onto the free stack. A load and a store each, never a shared RMW;
-//! the free stack's push (Release) / pop (Acquire) orders one owner's tally before the next's.
-//! `Engine::stats` sums them, a pass over the slab on the scrape path.
 
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::types::Ticket;
@@ -64,22 +58,6 @@ struct TicketCell {
     estimated_wait: AtomicU64,
 }
 
-/// What the owners of one cell counted (module docs); beside the cells, which fill a line.
-#[derive(Default)]
-struct Tally {
-    enqueued: AtomicU64,
-    completed: AtomicU64,
-}
-
-/// Adds `delta` to an owner-written tally: a load and a store, no RMW (module docs).
-fn tally_add(counter: &AtomicU64, delta: u64) {
-    // Relaxed: only the cell's owner writes; the free stack orders owners.
-    counter.store(
-        counter.load(Ordering::Relaxed).wrapping_add(delta),
-        Ordering::Relaxed,
-    );
-}
-
 /// A ticket's fields, as written at (re)enqueue and read by whoever owns the ticket next.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fields {
@@ -114,8 +92,6 @@ pub(crate) enum Lookup {
 
 pub(crate) struct TicketSlab {
     cells: Box<[TicketCell]>,
-    /// One per cell, written by the cell's owner.
-    tallies: Box<[Tally]>,
     /// Head of the free stack: `tag << 32 | index + 1`, 0 in the low half when empty.
     free: CachePadded<AtomicU64>,
 }
@@ -148,7 +124,6 @@ impl TicketSlab {
         let top = if capacity > 0 { 1 } else { 0 };
         TicketSlab {
             cells,
-            tallies: (0..capacity).map(|_| Tally::default()).collect(),
             free: CachePadded::new(AtomicU64::new(top)),
         }
     }
@@ -281,24 +256,6 @@ impl TicketSlab {
             .map_or(0, |c| c.not_before.load(Ordering::Relaxed))
     }
 
-    /// The enqueuer, before it publishes a freshly allocated ticket: one request enqueued.
-    pub(crate) fn count_enqueued(&self, ticket: Ticket) {
-        if let Some(tally) = self.tallies.get(ticket.index() as usize) {
-            tally_add(&tally.enqueued, 1);
-        }
-    }
-
-    /// Requests enqueued and grants completed, summed over the cells (a statistics snapshot).
-    pub(crate) fn tallies(&self) -> (u64, u64) {
-        // Relaxed: a snapshot; each cell's figures only grow between its owners' writes.
-        self.tallies.iter().fold((0, 0), |(e, c), t| {
-            (
-                e.wrapping_add(t.enqueued.load(Ordering::Relaxed)),
-                c.wrapping_add(t.completed.load(Ordering::Relaxed)),
-            )
-        })
-    }
-
     /// Marks an allocated (or requeuing) ticket as queued. Release: a thread that sees `QUEUED`
     /// through the state word also sees the fields written before.
     pub(crate) fn publish(&self, ticket: Ticket) {
@@ -349,22 +306,6 @@ impl TicketSlab {
     /// Ends a ticket in state `from`: bumps the generation and returns the cell to the free list.
     /// Fails (changing nothing) if the ticket is not in `from` at its generation.
     pub(crate) fn end(&self, ticket: Ticket, from: u32) -> bool {
-        self.end_tallied(ticket, from, Ending::Uncounted)
-    }
-
-    /// Ends a granted ticket that completed admitted, tallying the completion.
-    pub(crate) fn end_completed(&self, ticket: Ticket) -> bool {
-        self.end_tallied(ticket, GRANTED, Ending::Completed)
-    }
-
-    /// Ends a ticket just published whose push was refused: the request was never queued, so
-    /// its enqueue tally is taken back.
-    pub(crate) fn end_unqueued(&self, ticket: Ticket) -> bool {
-        self.end_tallied(ticket, QUEUED, Ending::Unqueued)
-    }
-
-    /// `end`, with the tally the winner writes while it still owns the cell.
-    fn end_tallied(&self, ticket: Ticket, from: u32, ending: Ending) -> bool {
         let Some(cell) = self.cell(ticket) else {
             return false;
         };
@@ -374,7 +315,6 @@ impl TicketSlab {
             let next = pack(generation.wrapping_add(1).max(1), FREE);
             let ok = broken_cas(&cell.state, pack(generation, from), next);
             if ok {
-                self.tally_ending(ticket, ending);
                 self.release(ticket.index());
             }
             return ok;
@@ -390,31 +330,10 @@ impl TicketSlab {
             )
             .is_ok();
         if ok {
-            self.tally_ending(ticket, ending);
             self.release(ticket.index());
         }
         ok
     }
-
-    /// The winner of an ending CAS, before the cell goes back: its tally.
-    fn tally_ending(&self, ticket: Ticket, ending: Ending) {
-        let Some(tally) = self.tallies.get(ticket.index() as usize) else {
-            return;
-        };
-        match ending {
-            Ending::Uncounted => {}
-            Ending::Completed => tally_add(&tally.completed, 1),
-            Ending::Unqueued => tally_add(&tally.enqueued, u64::MAX), // minus one
-        }
-    }
-}
-
-/// What an ending tallies (`TicketSlab::end_tallied`).
-#[derive(Clone, Copy)]
-enum Ending {
-    Uncounted,
-    Completed,
-    Unqueued,
 }
 
 /// Broken on purpose: compare, then store; two callers can both "win".
