@@ -42,6 +42,8 @@ pub enum Break {
     /// The start-up's charge of the first window stores the SWRR credits instead of adding
     /// the change, so a pick stepping meanwhile loses its step.
     FirstWindow,
+    /// A statistics row changes hands between threads without Acquire/Release.
+    RowHandOff,
 }
 
 thread_local! {

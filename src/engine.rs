@@ -71,15 +71,14 @@ impl Engine {
     /// the position it would have had. `now` is monotonic ns.
     pub fn enqueue_at(&self, request: &Request, now: u64) -> Result<Enqueued, Error> {
         self.core.check_request(request)?;
-        let spread = request.user_data;
         if !self.is_enabled() {
-            return Ok(self.core.refuse_on_arrival(spread, Reason::Disabled, 0));
+            return Ok(self.core.refuse_on_arrival(Reason::Disabled, 0));
         }
         if !request.dimension.is_queueable() {
-            return Ok(self.core.refuse_on_arrival(spread, Reason::NotQueueable, 0));
+            return Ok(self.core.refuse_on_arrival(Reason::NotQueueable, 0));
         }
         let Some(key) = request.tenant else {
-            return Ok(self.core.refuse_on_arrival(spread, Reason::NoTenant, 0));
+            return Ok(self.core.refuse_on_arrival(Reason::NoTenant, 0));
         };
         if let Some(pools) = &self.core.hooks().bulkheads {
             let budget = match request.timeout_ns {
@@ -88,7 +87,7 @@ impl Engine {
             };
             if pools.sheds(request.downstream, budget, now) {
                 let reason = Reason::DownstreamShedding;
-                return Ok(self.core.refuse_on_arrival(spread, reason, 0));
+                return Ok(self.core.refuse_on_arrival(reason, 0));
             }
         }
         self.core.enqueue(key, request, now)

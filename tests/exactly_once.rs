@@ -242,3 +242,72 @@ fn queued_gauge_never_reads_above_its_bound() {
         "stats().queued read {worst} with a bound of 16"
     );
 }
+
+/// The counters are written per thread (a row each, 64 in the process, freed when a thread
+/// exits; threads beyond that share one line). Waves of more threads than rows, alive at once
+/// and then exiting, each enqueue and serve: every request is counted once, and a reader never
+/// sees a counter go down.
+#[test]
+fn counters_add_up_across_more_threads_than_rows_and_their_exits() {
+    const THREADS: usize = 80;
+    const EACH: u64 = 20;
+    let engine = Arc::new(engine(Config {
+        max_tenants: 128,
+        tenant_queue_capacity: 64,
+        queue_capacity: 8192,
+        max_in_flight: 8192,
+        tenant_idle_ms: 0,
+        ..Config::default()
+    }));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, done) = (Arc::clone(&engine), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut last = engine.stats();
+            while !done.load(Ordering::Relaxed) {
+                let s = engine.stats();
+                assert!(s.enqueued >= last.enqueued, "{last:?} then {s:?}");
+                assert!(s.completed >= last.completed, "{last:?} then {s:?}");
+                last = s;
+            }
+        })
+    };
+    for wave in 0..3 {
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (engine, barrier) = (Arc::clone(&engine), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait(); // all alive at once: some find no row free
+                    let tenant = format!("t{i}");
+                    for _ in 0..EACH {
+                        queued(&engine, &request(&tenant), 0);
+                        if let NextGrant::Granted(g) = engine.next_grant_at(0) {
+                            engine
+                                .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                                .unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Serve what the waves left queued.
+        while let NextGrant::Granted(g) = engine.next_grant_at(0) {
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                .unwrap();
+        }
+        let s = engine.stats();
+        assert_eq!(s.enqueued, (wave + 1) * THREADS as u64 * EACH, "{s:?}");
+        assert_eq!(
+            (s.completed, s.queued, s.in_flight),
+            (s.enqueued, 0, 0),
+            "{s:?}"
+        );
+    }
+    done.store(true, Ordering::Relaxed);
+    reader.join().unwrap();
+}

@@ -147,3 +147,33 @@ fn one_grant_touches_a_bounded_number_of_tenant_slots() {
         "{small} at 16 tenants vs {large} at 16384"
     );
 }
+
+/// A thread's first call into a built engine allocates nothing either (it takes its statistics
+/// row then). The weight table's `ArcSwap` registers a thread on its first read, once per
+/// thread; `weight_of` does that here, outside the count.
+#[test]
+fn a_new_threads_first_calls_allocate_nothing() {
+    let engine = std::sync::Arc::new(engine(Config::default()));
+    let key = TenantKey::from_raw(b"first");
+    let other = std::sync::Arc::clone(&engine);
+    let allocations = std::thread::spawn(move || {
+        other.weight_of(key);
+        let (_, n) = counting(|| {
+            let req = Request::new(key, Dimension::User);
+            let Ok(Enqueued::Queued { .. }) = other.enqueue_at(&req, 0) else {
+                panic!("not queued");
+            };
+            let NextGrant::Granted(g) = other.next_grant_at(0) else {
+                panic!("not granted");
+            };
+            other
+                .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                .unwrap();
+        });
+        n
+    })
+    .join()
+    .unwrap();
+    assert_eq!(allocations, 0);
+    assert_eq!(engine.stats().completed, 1);
+}

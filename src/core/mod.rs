@@ -23,6 +23,7 @@ pub(crate) mod hooks;
 mod lane;
 mod permits;
 mod ring;
+mod tally;
 mod tenants;
 mod tickets;
 mod wheel;
@@ -43,6 +44,7 @@ use permits::{Capacity, Permits};
 #[cfg(loom)]
 pub use ring::set_full_rings;
 use ring::Next;
+use tally::Tallies;
 pub(crate) use tenants::{ring_capacity, slot_count};
 use tenants::{TenantSlot, TenantTable};
 use tickets::{Lookup, TicketSlab, GRANTED, QUEUED, REQUEUING};
@@ -59,8 +61,6 @@ const DEBT_QUANTA: i64 = 8;
 const ENQUEUE_PINS: u64 = 2;
 /// The clock high-water mark is rewritten at most this often (ns).
 const CLOCK_STEP: u64 = MS;
-/// Counter shards: spread by ticket index, so threads rarely share a counter line.
-const SHARDS: usize = 8;
 /// Push attempts into a tenant's ring, each after a compaction, before a request is refused.
 const PUSH_ATTEMPTS: usize = 16;
 /// Tenant slots above which a grant prefetches the next grantee's lines: below, they stay in the
@@ -99,17 +99,6 @@ pub(crate) struct Limits {
     pub(crate) light_lane: bool,
 }
 
-#[derive(Default)]
-struct Counters {
-    enqueued: AtomicU64,
-    completed: AtomicU64,
-    requeued: AtomicU64,
-    cancelled: AtomicU64,
-    expired: AtomicU64,
-    refused_after_wait: AtomicU64,
-    refused: [AtomicU64; Reason::ALL.len()],
-}
-
 /// When a request with a Retry-After of `retry_after_ns`, queued at `now`, may be granted. Without
 /// one it is 0, ready whatever the granter's clock says: callers on other threads read their own
 /// clocks, and one a little behind the enqueuer's must not park a request that asked for no wait.
@@ -119,11 +108,6 @@ fn not_before(now: u64, retry_after_ns: u64) -> u64 {
     } else {
         now.saturating_add(retry_after_ns).min(LATEST_NOT_BEFORE)
     }
-}
-
-fn bump(counter: &AtomicU64) {
-    // Relaxed: statistics; no data is published through counters.
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// One tenant as fleet mode's sync loop sees it (`Engine::fleet_tenants`).
@@ -238,7 +222,7 @@ pub(crate) struct Core<H> {
     lane_open: AtomicBool,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
-    counters: Box<[CachePadded<Counters>]>,
+    counters: Tallies,
     hooks: H,
 }
 
@@ -273,7 +257,7 @@ impl<H: Hooks> Core<H> {
             grants_out: CachePadded::new(AtomicU64::new(0)),
             lane_open: AtomicBool::new(limits.light_lane),
             clock: CachePadded::new(AtomicU64::new(0)),
-            counters: (0..SHARDS).map(|_| CachePadded::default()).collect(),
+            counters: Tallies::new(),
             limits,
             hooks,
         }
@@ -299,16 +283,12 @@ impl<H: Hooks> Core<H> {
         now
     }
 
-    fn shard(&self, spread: u64) -> &Counters {
-        &self.counters[(spread as usize) % SHARDS]
-    }
-
     // ---------------------------------------------------------------- enqueue
 
     /// Counts a request refused before it reached a tenant slot (disabled, not queueable, no
-    /// tenant). `spread` picks the counter shard.
-    pub(crate) fn refuse_on_arrival(&self, spread: u64, reason: Reason, position: u32) -> Enqueued {
-        bump(&self.shard(spread).refused[reason.index()]);
+    /// tenant).
+    pub(crate) fn refuse_on_arrival(&self, reason: Reason, position: u32) -> Enqueued {
+        self.counters.bump(|c| &c.refused[reason.index()]);
         Enqueued::Refused(Refusal {
             reason,
             position,
@@ -334,7 +314,6 @@ impl<H: Hooks> Core<H> {
         now: u64,
     ) -> Result<Enqueued, Error> {
         let now = self.monotonic(now);
-        let spread = request.user_data;
         let budget = match request.timeout_ns {
             0 => self.limits.max_wait_ns,
             timeout => timeout.min(self.limits.max_wait_ns),
@@ -349,13 +328,13 @@ impl<H: Hooks> Core<H> {
                     self.init_slot(t, slot, key.get())
                 })
         else {
-            return Ok(self.refuse_on_arrival(spread, Reason::TenantTableFull, 1));
+            return Ok(self.refuse_on_arrival(Reason::TenantTableFull, 1));
         };
         self.hooks.request(t);
         let refuse = |reason, position| {
             self.hooks.refused_on_arrival(t);
             self.tenants.release_live(t, ENQUEUE_PINS, now);
-            Ok(self.refuse_on_arrival(spread, reason, position))
+            Ok(self.refuse_on_arrival(reason, position))
         };
         let position = match place {
             Ok(ahead) => ahead + 1,
@@ -397,14 +376,15 @@ impl<H: Hooks> Core<H> {
             self.hooks.queued(request.downstream, -1);
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             self.hooks.refused_on_arrival(t);
-            bump(&self.shard(spread).refused[Reason::TenantQueueFull.index()]);
+            self.counters
+                .bump(|c| &c.refused[Reason::TenantQueueFull.index()]);
             return Ok(Enqueued::Refused(Refusal {
                 reason: Reason::TenantQueueFull,
                 position,
                 waited_ns: 0,
             }));
         }
-        bump(&self.shard(u64::from(ticket.index())).enqueued);
+        self.counters.bump(|c| &c.enqueued);
         Ok(Enqueued::Queued {
             ticket,
             position,
@@ -1115,9 +1095,9 @@ impl<H: Hooks> Core<H> {
             .refused_after_wait(t, waited_ns, true, true, u64::from(head.index()));
         let key = self.tenants.slot(t).key.load(Ordering::Relaxed);
         self.tenants.release_live(t, 1, now);
-        let counters = self.shard(u64::from(head.index()));
-        bump(&counters.expired);
-        bump(&counters.refused[Reason::DeadlineExceeded.index()]);
+        self.counters.bump(|c| &c.expired);
+        self.counters
+            .bump(|c| &c.refused[Reason::DeadlineExceeded.index()]);
         Some(Expired {
             ticket: head,
             tenant: TenantKey::from_hash(key),
@@ -1168,7 +1148,7 @@ impl<H: Hooks> Core<H> {
                 self.correct_cost(t, fields.cost, actual_cost);
                 self.end_grant(fields.cost, fields.downstream, now);
                 self.tenants.release_live(t, 1, now);
-                bump(&self.shard(spread).completed);
+                self.counters.bump(|c| &c.completed);
                 return Ok(Completion::Completed);
             }
         };
@@ -1182,9 +1162,8 @@ impl<H: Hooks> Core<H> {
         let refused = |reason: Reason, position: u32| {
             self.hooks
                 .refused_after_wait(t, waited_ns, false, false, spread);
-            let counters = self.shard(spread);
-            bump(&counters.refused_after_wait);
-            bump(&counters.refused[reason.index()]);
+            self.counters.bump(|c| &c.refused_after_wait);
+            self.counters.bump(|c| &c.refused[reason.index()]);
             Ok(Completion::Refused(Refusal {
                 reason,
                 position,
@@ -1218,7 +1197,7 @@ impl<H: Hooks> Core<H> {
             // The slot may be idle now; it is reused only after tenant_idle_ms.
             return refused(Reason::TenantQueueFull, position);
         }
-        bump(&self.shard(spread).requeued);
+        self.counters.bump(|c| &c.requeued);
         Ok(Completion::Requeued {
             position,
             estimated_wait_ns,
@@ -1300,13 +1279,14 @@ impl<H: Hooks> Core<H> {
                     .refused_after_wait(t, waited_ns, true, false, u64::from(ticket.index()));
             }
             self.tenants.release_live(t, 1, now);
-            let counters = self.shard(u64::from(ticket.index()));
-            bump(if reason == Reason::Cancelled {
-                &counters.cancelled
-            } else {
-                &counters.expired
+            self.counters.bump(|c| {
+                if reason == Reason::Cancelled {
+                    &c.cancelled
+                } else {
+                    &c.expired
+                }
             });
-            bump(&counters.refused[reason.index()]);
+            self.counters.bump(|c| &c.refused[reason.index()]);
             return Ok(Refusal {
                 reason,
                 position: fields.position,
@@ -1588,19 +1568,19 @@ impl<H: Hooks> Core<H> {
             stats.granted += slot.grants_total();
             stats.lane_granted += slot.lane_grants_total();
         }
-        for shard in self.counters.iter() {
+        self.counters.each(|line| {
             // Relaxed: a snapshot of statistics.
             let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-            stats.enqueued += get(&shard.enqueued);
-            stats.completed += get(&shard.completed);
-            stats.requeued += get(&shard.requeued);
-            stats.cancelled += get(&shard.cancelled);
-            stats.expired += get(&shard.expired);
-            stats.refused_after_wait += get(&shard.refused_after_wait);
-            for (total, c) in stats.refused.iter_mut().zip(shard.refused.iter()) {
+            stats.enqueued += get(&line.enqueued);
+            stats.completed += get(&line.completed);
+            stats.requeued += get(&line.requeued);
+            stats.cancelled += get(&line.cancelled);
+            stats.expired += get(&line.expired);
+            stats.refused_after_wait += get(&line.refused_after_wait);
+            for (total, c) in stats.refused.iter_mut().zip(line.refused.iter()) {
                 *total += get(c);
             }
-        }
+        });
         stats
     }
 
