@@ -28,6 +28,18 @@ mod imp {
         }
     }
 
+    /// After a lost CAS: waits 2, 4, .. [`MAX_CONTENDED_HINTS`] spin-loop hints (doubling with
+    /// `round`, which starts at 0), so two callers racing for one word stop trading its cache
+    /// line on every try. No system call; the winner of the CAS is already past it.
+    #[inline]
+    pub(crate) fn contended(round: &mut u32) {
+        spin(2 << *round);
+        *round = (*round + 1).min(MAX_CONTENDED_HINTS.trailing_zeros() - 1);
+    }
+
+    /// The longest wait after a lost CAS, in spin-loop hints.
+    pub(crate) const MAX_CONTENDED_HINTS: u32 = 64;
+
     /// `hints` spin-loop hints: a wait with no system call.
     #[inline]
     pub(crate) fn spin(hints: u32) {
@@ -107,6 +119,9 @@ mod imp {
         }
     }
 
+    /// Under loom a lost CAS just retries.
+    pub(crate) fn contended(_round: &mut u32) {}
+
     /// Under loom a spin is one yield, so the waited-on thread can run.
     pub(crate) fn spin(_hints: u32) {
         loom::thread::yield_now()
@@ -137,6 +152,7 @@ pub(crate) use imp::*;
 /// guards a number, not data (the ticket CAS and queue pushes order a request's data).
 pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64> {
     let mut current = counter.load(Ordering::Relaxed);
+    let mut round = 0;
     loop {
         if current >= max {
             return Err(current);
@@ -148,7 +164,10 @@ pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64>
             Ordering::Relaxed,
         ) {
             Ok(_) => return Ok(current),
-            Err(seen) => current = seen,
+            Err(seen) => {
+                contended(&mut round);
+                current = seen;
+            }
         }
     }
 }
@@ -180,4 +199,41 @@ pub(crate) fn prefetch<T>(ptr: *const T, len: usize) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
     let _ = (ptr, len);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_cas_waits_longer_each_round_up_to_the_cap() {
+        let mut round = 0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            waits.push(2u32 << round);
+            contended(&mut round);
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(2 << round, MAX_CONTENDED_HINTS);
+    }
+
+    #[test]
+    fn increment_below_stops_at_the_bound_under_contention() {
+        let counter = std::sync::Arc::new(AtomicU64::new(0));
+        let wins: u32 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let counter = &counter;
+                    s.spawn(move || {
+                        (0..500)
+                            .filter(|_| try_increment_below(counter, 1000))
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap() as u32).sum()
+        });
+        assert_eq!(wins, 1000);
+        assert_eq!(counter.load(Ordering::Relaxed), 1000);
+    }
 }

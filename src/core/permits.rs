@@ -74,6 +74,7 @@ impl Permits {
     #[inline]
     fn update(&self, check: impl Fn(u64) -> bool, delta: u64) -> bool {
         let mut word = self.word.load(Ordering::Relaxed);
+        let mut round = 0;
         loop {
             if !check(word) {
                 return false;
@@ -85,7 +86,10 @@ impl Permits {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return true,
-                Err(seen) => word = seen,
+                Err(seen) => {
+                    crate::sync::contended(&mut round);
+                    word = seen;
+                }
             }
         }
     }

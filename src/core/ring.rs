@@ -79,6 +79,7 @@ impl TenantQueue {
         let cap = self.entries.len() as u64;
         // Relaxed: a position guess; the CAS below decides.
         let mut tail = self.tail.load(Ordering::Relaxed);
+        let mut round = 0;
         loop {
             let entry = self.entry(tail);
             // Acquire: pairs with the consumer's Release of the stamp, so its read of the old
@@ -98,7 +99,10 @@ impl TenantQueue {
                         entry.stamp.store(tail + 1, Ordering::Release);
                         return Ok(());
                     }
-                    Err(seen) => tail = seen,
+                    Err(seen) => {
+                        crate::sync::contended(&mut round);
+                        tail = seen;
+                    }
                 }
             } else if stamp + cap == tail + 1 {
                 // Still full from the previous lap: the ring is full (or a pop is finishing).

@@ -384,6 +384,7 @@ impl TenantTable {
         self.touch();
         let backoff = Backoff::new();
         let mut current = slot.counts.load(Ordering::Acquire);
+        let mut round = 0;
         let got: Place = loop {
             #[cfg(fairq_broken)]
             if Counts(current).stealing() && crate::broken::on(crate::broken::Break::Claim) {
@@ -412,7 +413,10 @@ impl TenantTable {
                 Ordering::Acquire,
             ) {
                 Ok(_) => break got,
-                Err(seen) => current = seen,
+                Err(seen) => {
+                    crate::sync::contended(&mut round);
+                    current = seen;
+                }
             }
         };
         if current == 0 {
@@ -576,6 +580,7 @@ impl TenantTable {
         let counts = &self.slots[index as usize].counts;
         // Relaxed: a bound on a number (the caller's pin keeps the slot; no data moves with it).
         let mut current = counts.load(Ordering::Relaxed);
+        let mut round = 0;
         loop {
             let ahead = Counts(current).depth() as u32;
             if ahead >= bound {
@@ -588,7 +593,10 @@ impl TenantTable {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return Ok(ahead),
-                Err(seen) => current = seen,
+                Err(seen) => {
+                    crate::sync::contended(&mut round);
+                    current = seen;
+                }
             }
         }
     }

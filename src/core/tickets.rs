@@ -134,6 +134,7 @@ impl TicketSlab {
         // Acquire: pairs with the Release of the push that put the top cell there, so its link
         // and its freed state are visible.
         let mut head = self.free.load(Ordering::Acquire);
+        let mut round = 0;
         let index = loop {
             let top = head & LINK_MASK;
             if top == 0 {
@@ -158,7 +159,10 @@ impl TicketSlab {
                 Ordering::Acquire,
             ) {
                 Ok(_) => break index,
-                Err(seen) => head = seen,
+                Err(seen) => {
+                    crate::sync::contended(&mut round);
+                    head = seen;
+                }
             }
         };
         // Acquire: pairs with the Release that freed the cell, so its old fields are settled.
@@ -171,6 +175,7 @@ impl TicketSlab {
     fn release(&self, index: u32) {
         let cell = &self.cells[index as usize];
         let mut head = self.free.load(Ordering::Relaxed);
+        let mut round = 0;
         loop {
             // Relaxed: published by the Release CAS below.
             cell.position
@@ -184,7 +189,10 @@ impl TicketSlab {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return,
-                Err(seen) => head = seen,
+                Err(seen) => {
+                    crate::sync::contended(&mut round);
+                    head = seen;
+                }
             }
         }
     }
