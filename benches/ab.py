@@ -31,36 +31,45 @@ ROW = re.compile(
 HOT_ROW = re.compile(r"^\s*(1 tenant|\d+ tenants [\d:]+)\s+(\w+)\s+([\d.]+)\s+([\d.]+)", re.M)
 
 
-def hot(args, prefix, extra) -> int:
-    """The `--hot` A/B: medians of the one- and two-thread rates, and their ratio."""
+def collect(args, command, pattern, case_of, values_of):
+    """Runs every binary `args.rounds` times in turn with `command` after its name; returns the
+    cases in first-seen order and, per binary and case, one list per value `values_of` gives."""
     figures = {b: {} for b in args.binaries}
     cases = []
     for _ in range(args.rounds):
         for binary in args.binaries:
             run = subprocess.run(
-                prefix + [binary, "--quick"] + extra, capture_output=True, text=True, check=True
+                args.prefix + [binary] + command, capture_output=True, text=True, check=True
             )
-            for m in HOT_ROW.finditer(run.stdout):
-                case = f"{m[1]} {m[2]}"
+            for m in pattern.finditer(run.stdout):
+                case = case_of(m)
                 if case not in cases:
                     cases.append(case)
-                rates = figures[binary].setdefault(case, ([], []))
-                rates[0].append(float(m[3]))
-                rates[1].append(float(m[4]))
+                values = values_of(m)
+                lists = figures[binary].setdefault(case, [[] for _ in values])
+                for kept, value in zip(lists, values):
+                    kept.append(value)
+    return cases, figures
+
+
+def report(args, title, width, cases, figures, cell):
+    """Prints one row per case and one column per binary; `cell` formats a case's lists."""
     names = [b.rsplit("/", 1)[-1] for b in args.binaries]
-    print(f"{args.rounds} rounds, median Mcycles/s: 1 thread / 2 threads / ratio of the medians")
-    print(f"{'case':28}" + "".join(f"{n:>26}" for n in names))
+    print(title)
+    print(f"{'case':34}" + "".join(f"{n:>{width}}" for n in names))
     for case in cases:
-        cells = []
-        for binary in args.binaries:
-            one, two = figures[binary].get(case, ([], []))
-            if one:
-                m1, m2 = statistics.median(one), statistics.median(two)
-                cells.append(f"{m1:.2f} / {m2:.2f} / {m2 / m1:.2f}")
-            else:
-                cells.append("-")
-        print(f"{case:28}" + "".join(f"{c:>26}" for c in cells))
-    return 0
+        cells = [cell(figures[b][case]) if case in figures[b] else "-" for b in args.binaries]
+        print(f"{case:34}" + "".join(f"{c:>{width}}" for c in cells))
+
+
+def ns_cell(lists):
+    (ns,) = lists
+    return f"{min(ns):.1f} / {statistics.median(ns):.1f}"
+
+
+def hot_cell(lists):
+    one, two = (statistics.median(rates) for rates in lists)
+    return f"{one:.2f} / {two:.2f} / {two / one:.2f}"
 
 
 def main() -> int:
@@ -72,33 +81,27 @@ def main() -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     extra = argv[split + 1 :]
-    prefix = ["chrt", "-f", "50"] if args.chrt else []
+    args.prefix = ["chrt", "-f", "50"] if args.chrt else []
     if "--hot" in extra:
-        return hot(args, prefix, extra)
-    figures = {b: {} for b in args.binaries}
-    cases = []
-    for _ in range(args.rounds):
-        for binary in args.binaries:
-            run = subprocess.run(
-                prefix + [binary, "--quick", "--json"] + extra,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            for m in ROW.finditer(run.stdout):
-                case = f"{m[1]} T={m[2]} threads={m[3]}"
-                if case not in cases:
-                    cases.append(case)
-                figures[binary].setdefault(case, []).append(float(m[4]))
-    names = [b.rsplit("/", 1)[-1] for b in args.binaries]
-    print(f"{args.rounds} rounds, ns per cycle: fastest / median")
-    print(f"{'case':34}" + "".join(f"{n:>24}" for n in names))
-    for case in cases:
-        cells = []
-        for binary in args.binaries:
-            got = figures[binary].get(case, [])
-            cells.append(f"{min(got):.1f} / {statistics.median(got):.1f}" if got else "-")
-        print(f"{case:34}" + "".join(f"{c:>24}" for c in cells))
+        cases, figures = collect(
+            args,
+            ["--quick"] + extra,
+            HOT_ROW,
+            lambda m: f"{m[1]} {m[2]}",
+            lambda m: (float(m[3]), float(m[4])),
+        )
+        title = f"{args.rounds} rounds, median Mcycles/s: 1 thread / 2 threads / ratio of the medians"
+        report(args, title, 26, cases, figures, hot_cell)
+    else:
+        cases, figures = collect(
+            args,
+            ["--quick", "--json"] + extra,
+            ROW,
+            lambda m: f"{m[1]} T={m[2]} threads={m[3]}",
+            lambda m: (float(m[4]),),
+        )
+        title = f"{args.rounds} rounds, ns per cycle: fastest / median"
+        report(args, title, 24, cases, figures, ns_cell)
     return 0
 
 

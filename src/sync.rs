@@ -41,13 +41,14 @@ mod imp {
         }
     }
 
-    /// After a lost CAS: waits 2, 4, .. [`MAX_CONTENDED_HINTS`] spin-loop hints (doubling with
-    /// `round`, which starts at 0), so two callers racing for one word stop trading its cache
-    /// line on every try. No system call; the winner of the CAS is already past it.
+    /// After a lost CAS: waits `wait` spin-loop hints and doubles it, up to
+    /// [`MAX_CONTENDED_HINTS`], so two callers racing for one word stop trading its cache line
+    /// on every try. A retry loop starts with [`FIRST_CONTENDED_HINTS`]. No system call; the
+    /// winner of the CAS is already past it.
     #[inline]
-    pub(crate) fn contended(round: &mut u32) {
-        spin(2 << *round);
-        *round = (*round + 1).min(MAX_CONTENDED_HINTS.trailing_zeros() - 1);
+    pub(crate) fn contended(wait: &mut u32) {
+        spin(*wait);
+        *wait = (*wait * 2).min(MAX_CONTENDED_HINTS);
     }
 
     /// The longest wait after a lost CAS, in spin-loop hints.
@@ -133,7 +134,7 @@ mod imp {
     }
 
     /// Under loom a lost CAS just retries.
-    pub(crate) fn contended(_round: &mut u32) {}
+    pub(crate) fn contended(_wait: &mut u32) {}
 
     /// Under loom a spin is one yield, so the waited-on thread can run.
     pub(crate) fn spin(_hints: u32) {
@@ -159,13 +160,16 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// The first wait after a lost CAS, in spin-loop hints ([`contended`]).
+pub(crate) const FIRST_CONTENDED_HINTS: u32 = 2;
+
 /// Adds 1 to `counter` unless it is already at `max`: one CAS makes check-and-increment a single
 /// step, so the bound is never passed (not even for a moment, as an add-then-undo would be).
 /// Returns the value before (`Ok`) or the value at the bound (`Err`). Relaxed: a bound counter
 /// guards a number, not data (the ticket CAS and queue pushes order a request's data).
 pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64> {
     let mut current = counter.load(Ordering::Relaxed);
-    let mut round = 0;
+    let mut wait = FIRST_CONTENDED_HINTS;
     loop {
         if current >= max {
             return Err(current);
@@ -178,7 +182,7 @@ pub(crate) fn increment_below(counter: &AtomicU64, max: u64) -> Result<u64, u64>
         ) {
             Ok(_) => return Ok(current),
             Err(seen) => {
-                contended(&mut round);
+                contended(&mut wait);
                 current = seen;
             }
         }
@@ -220,19 +224,19 @@ mod tests {
 
     #[test]
     fn a_lost_cas_waits_longer_each_round_up_to_the_cap() {
-        let mut round = 0;
+        let mut wait = FIRST_CONTENDED_HINTS;
         let mut waits = Vec::new();
         for _ in 0..8 {
-            waits.push(2u32 << round);
-            contended(&mut round);
+            waits.push(wait);
+            contended(&mut wait);
         }
         assert_eq!(waits, [2, 4, 8, 16, 32, 64, 64, 64]);
-        assert_eq!(2 << round, MAX_CONTENDED_HINTS);
+        assert_eq!(wait, MAX_CONTENDED_HINTS);
     }
 
     #[test]
     fn increment_below_stops_at_the_bound_under_contention() {
-        let counter = std::sync::Arc::new(AtomicU64::new(0));
+        let counter = AtomicU64::new(0);
         let wins: u32 = std::thread::scope(|s| {
             let handles: Vec<_> = (0..4)
                 .map(|_| {

@@ -74,7 +74,7 @@ impl Permits {
     #[inline]
     fn update(&self, check: impl Fn(u64) -> bool, delta: u64) -> bool {
         let mut word = self.word.load(Ordering::Relaxed);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         loop {
             if !check(word) {
                 return false;
@@ -87,7 +87,7 @@ impl Permits {
             ) {
                 Ok(_) => return true,
                 Err(seen) => {
-                    crate::sync::contended(&mut round);
+                    crate::sync::contended(&mut wait);
                     word = seen;
                 }
             }

@@ -79,7 +79,7 @@ impl TenantQueue {
         let cap = self.entries.len() as u64;
         // Relaxed: a position guess; the CAS below decides.
         let mut tail = self.tail.load(Ordering::Relaxed);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         loop {
             let entry = self.entry(tail);
             // Acquire: pairs with the consumer's Release of the stamp, so its read of the old
@@ -100,7 +100,7 @@ impl TenantQueue {
                         return Ok(());
                     }
                     Err(seen) => {
-                        crate::sync::contended(&mut round);
+                        crate::sync::contended(&mut wait);
                         tail = seen;
                     }
                 }

@@ -384,7 +384,7 @@ impl TenantTable {
         self.touch();
         let backoff = Backoff::new();
         let mut current = slot.counts.load(Ordering::Acquire);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         let got: Place = loop {
             #[cfg(fairq_broken)]
             if Counts(current).stealing() && crate::broken::on(crate::broken::Break::Claim) {
@@ -414,7 +414,7 @@ impl TenantTable {
             ) {
                 Ok(_) => break got,
                 Err(seen) => {
-                    crate::sync::contended(&mut round);
+                    crate::sync::contended(&mut wait);
                     current = seen;
                 }
             }
@@ -580,7 +580,7 @@ impl TenantTable {
         let counts = &self.slots[index as usize].counts;
         // Relaxed: a bound on a number (the caller's pin keeps the slot; no data moves with it).
         let mut current = counts.load(Ordering::Relaxed);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         loop {
             let ahead = Counts(current).depth() as u32;
             if ahead >= bound {
@@ -594,7 +594,7 @@ impl TenantTable {
             ) {
                 Ok(_) => return Ok(ahead),
                 Err(seen) => {
-                    crate::sync::contended(&mut round);
+                    crate::sync::contended(&mut wait);
                     current = seen;
                 }
             }

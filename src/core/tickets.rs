@@ -134,7 +134,7 @@ impl TicketSlab {
         // Acquire: pairs with the Release of the push that put the top cell there, so its link
         // and its freed state are visible.
         let mut head = self.free.load(Ordering::Acquire);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         let index = loop {
             let top = head & LINK_MASK;
             if top == 0 {
@@ -160,7 +160,7 @@ impl TicketSlab {
             ) {
                 Ok(_) => break index,
                 Err(seen) => {
-                    crate::sync::contended(&mut round);
+                    crate::sync::contended(&mut wait);
                     head = seen;
                 }
             }
@@ -175,7 +175,7 @@ impl TicketSlab {
     fn release(&self, index: u32) {
         let cell = &self.cells[index as usize];
         let mut head = self.free.load(Ordering::Relaxed);
-        let mut round = 0;
+        let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         loop {
             // Relaxed: published by the Release CAS below.
             cell.position
@@ -190,7 +190,7 @@ impl TicketSlab {
             ) {
                 Ok(_) => return,
                 Err(seen) => {
-                    crate::sync::contended(&mut round);
+                    crate::sync::contended(&mut wait);
                     head = seen;
                 }
             }
