@@ -1323,16 +1323,21 @@ fn fleet_harness() {
         ),
     );
 
-    let stalls: Vec<String> = runs
+    let per_run: Vec<(&str, usize)> = runs
         .values()
-        .filter_map(|r| {
+        .map(|r| {
             let n: usize = r
                 .replicas
                 .iter()
                 .map(|x| x.late_us.iter().filter(|&&l| l > STALL_US).count())
                 .sum();
-            (n > 0).then(|| format!("{} {n}", r.label))
+            (r.label.as_str(), n)
         })
+        .collect();
+    let stalls: Vec<String> = per_run
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(label, n)| format!("{label} {n}"))
         .collect();
     v.note(format!(
         "replica ticks with a loop stalled > {} ms (the machine, fleet on or off alike): {:?}; \
@@ -1343,6 +1348,11 @@ fn fleet_harness() {
             .flat_map(|r| r.replicas.iter().map(|x| x.missing_ticks))
             .sum::<usize>(),
         wall.elapsed().as_secs_f64()
+    ));
+    // One line for .ci/run: on a quiet machine this is 0 (also with two CPU hogs beside it).
+    v.note(format!(
+        "fleet harness: replica ticks stalled in all: {}",
+        per_run.iter().map(|(_, n)| n).sum::<usize>()
     ));
     if std::env::var_os("FAIRQ_FLEET_TRACE").is_some() {
         for (sc, label) in [(&frozen, "3-on"), (&shifted, "4-on"), (&frozen, "3c")] {
