@@ -44,6 +44,8 @@ pub enum Break {
     FirstWindow,
     /// A statistics row changes hands between threads without Acquire/Release.
     RowHandOff,
+    /// A ready-ring push marks its entry full before it writes the value.
+    RingPublish,
 }
 
 thread_local! {

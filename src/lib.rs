@@ -47,6 +47,7 @@ mod shedding;
 mod sync;
 mod types;
 mod weights;
+mod word_ring;
 
 pub use bulkhead::MAX_DOWNSTREAMS;
 pub use clock::now_ns;

@@ -3,8 +3,9 @@
 //! Every other module imports its concurrency primitives from here. Under `cfg(loom)` the shim
 //! swaps in loom's atomics and loom-visible stand-ins with the same API: a loom
 //! `Mutex<VecDeque>` behind `ArrayQueue`'s interface and an `RwLock<Arc<T>>` behind `ArcSwap`.
-//! Loom cannot see inside crossbeam or arc-swap, so without the stand-ins it would check nothing
-//! there; with them, the engine's own atomics are model-checked for real.
+//! Loom cannot see inside arc-swap, so without the stand-in it would check nothing there. The
+//! ring behind `ArrayQueue` is fairq's own (`word_ring`), proved by its own loom models; the
+//! engine-level models use the stand-in, which keeps their state space small.
 
 #[cfg(not(loom))]
 mod imp {
@@ -13,7 +14,7 @@ mod imp {
     };
     pub(crate) use std::sync::Mutex;
 
-    pub(crate) use crossbeam_queue::ArrayQueue;
+    pub(crate) use crate::word_ring::ArrayQueue;
     pub(crate) use crossbeam_utils::CachePadded;
 
     /// Spin-then-yield backoff for waits on a short critical section of another thread (a few
@@ -91,7 +92,8 @@ mod imp {
     use std::collections::VecDeque;
     use std::sync::Arc;
 
-    /// Loom-visible stand-in for `crossbeam_queue::ArrayQueue`: same API, a loom mutex inside.
+    /// Loom-visible stand-in for the ring (`word_ring::ArrayQueue`): same API, a loom mutex
+    /// inside (the ring's own models check the ring).
     pub(crate) struct ArrayQueue<T> {
         inner: loom::sync::Mutex<VecDeque<T>>,
         cap: usize,
@@ -115,6 +117,9 @@ mod imp {
         }
         pub(crate) fn pop(&self) -> Option<T> {
             self.inner.lock().unwrap().pop_front()
+        }
+        pub(crate) fn try_pop(&self) -> Option<T> {
+            self.pop()
         }
         pub(crate) fn is_empty(&self) -> bool {
             self.inner.lock().unwrap().is_empty()

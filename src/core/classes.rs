@@ -767,7 +767,8 @@ impl Classes {
         if visitor != NIL {
             return Some((visitor, false));
         }
-        class.ring.pop().map(|t| (t, true))
+        // A push still being written reads as empty: `take_tenant` spins briefly and comes back.
+        class.ring.try_pop().map(|t| (t, true))
     }
 
     /// Records `tenant` as the last granted in `class`; returns the one before (a hint).

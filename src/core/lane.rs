@@ -76,7 +76,8 @@ impl Lane {
 
     /// Takes the next tenant and the class it is counted in; the caller holds its turn.
     pub(crate) fn take(&self) -> Option<(u32, u32)> {
-        self.ring.pop().map(|e| ((e >> 32) as u32, e as u32))
+        // A push still being written reads as empty: the tenant is served on a later call.
+        self.ring.try_pop().map(|e| ((e >> 32) as u32, e as u32))
     }
 
     /// A cheap look before `take`: an empty `ArrayQueue::pop` runs a fence.
