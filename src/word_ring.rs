@@ -250,6 +250,19 @@ mod loom_models {
     // loads and then stores an atomic the main thread reads (counted: 1 execution instead of
     // dozens). Two spawned threads are explored in full.
 
+    /// Runs `f` on `ring` in a spawned thread.
+    fn spawn_on<T, R>(
+        ring: &Arc<ArrayQueue<T>>,
+        f: impl FnOnce(&ArrayQueue<T>) -> R + Send + 'static,
+    ) -> thread::JoinHandle<R>
+    where
+        T: Word + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        let ring = Arc::clone(ring);
+        thread::spawn(move || f(&ring))
+    }
+
     /// Two producers push into a ring of two while a consumer pops: every value comes out once.
     #[test]
     fn pushes_and_pops_race_and_nothing_is_lost_or_doubled() {
@@ -257,10 +270,7 @@ mod loom_models {
             let ring = Arc::new(ArrayQueue::<u32>::new(2));
             let producers: Vec<_> = [1u32, 2]
                 .into_iter()
-                .map(|v| {
-                    let ring = Arc::clone(&ring);
-                    thread::spawn(move || ring.push(v).is_ok())
-                })
+                .map(|v| spawn_on(&ring, move |ring| ring.push(v).is_ok()))
                 .collect();
             let mut got = Vec::new();
             if let Some(v) = ring.pop() {
@@ -283,14 +293,8 @@ mod loom_models {
     fn a_pop_reads_what_the_push_wrote() {
         loom::model(|| {
             let ring = Arc::new(ArrayQueue::<u64>::new(2));
-            let producer = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.push(5).unwrap())
-            };
-            let consumer = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.pop())
-            };
+            let producer = spawn_on(&ring, |ring| ring.push(5).unwrap());
+            let consumer = spawn_on(&ring, |ring| ring.pop());
             producer.join().unwrap();
             let popped = consumer.join().unwrap().or_else(|| ring.pop());
             assert_eq!(popped, Some(5), "a pop read an entry before its value");
@@ -303,14 +307,8 @@ mod loom_models {
     fn a_try_pop_takes_the_value_or_leaves_it() {
         loom::model(|| {
             let ring = Arc::new(ArrayQueue::<u64>::new(2));
-            let producer = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.push(9).unwrap())
-            };
-            let trier = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.try_pop())
-            };
+            let producer = spawn_on(&ring, |ring| ring.push(9).unwrap());
+            let trier = spawn_on(&ring, |ring| ring.try_pop());
             producer.join().unwrap();
             let tried = trier.join().unwrap();
             let after = ring.try_pop();
@@ -342,14 +340,8 @@ mod loom_models {
             let ring = Arc::new(ArrayQueue::<u64>::new(2));
             ring.push(7).unwrap();
             ring.push(6).unwrap();
-            let popper = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.pop())
-            };
-            let pusher = {
-                let ring = Arc::clone(&ring);
-                thread::spawn(move || ring.push(8).is_ok())
-            };
+            let popper = spawn_on(&ring, |ring| ring.pop());
+            let pusher = spawn_on(&ring, |ring| ring.push(8).is_ok());
             let first = popper.join().unwrap();
             let pushed = pusher.join().unwrap();
             assert_eq!(first, Some(7), "the old value is there for the pop");
