@@ -46,9 +46,6 @@ pub enum Break {
     RowHandOff,
     /// A ready-ring push marks its entry full before it writes the value.
     RingPublish,
-    /// A holder that finds its tenant's next entry not written yet lets the tenant go without
-    /// parking it, so nobody holds its turn while its requests are queued.
-    Unwritten,
 }
 
 thread_local! {

@@ -169,7 +169,6 @@ impl Fairq {
         let request = Request::new(TenantKey::from_hash(tenant), fairq::Dimension::User);
         let queued = self.engine.enqueue_at(&request, now);
         debug_assert!(matches!(queued, Ok(fairq::Enqueued::Queued { .. })));
-        let (mut now, mut misses) = (now, 0u32);
         loop {
             match self.engine.next_grant_at(now) {
                 NextGrant::Granted(grant) => {
@@ -179,16 +178,8 @@ impl Fairq {
                     debug_assert!(done.is_ok());
                     return grant.tenant.get();
                 }
-                // Another thread holds the tenant turn we need for a moment: try again. Rarely
-                // the tenant waits for the timing wheel's next tick (its holder found an entry
-                // another thread had not written yet): the coarse clock must move for it.
-                NextGrant::Empty | NextGrant::AtCapacity => {
-                    misses += 1;
-                    if misses % 4096 == 0 {
-                        now = now.max(fairq::now_ns());
-                    }
-                    std::hint::spin_loop()
-                }
+                // Another thread holds the tenant turn we need for a moment: try again.
+                NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
                 NextGrant::Expired(e) => panic!("nothing expires in the bench: {e:?}"),
             }
         }

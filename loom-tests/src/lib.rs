@@ -57,22 +57,6 @@ pub fn enqueue(engine: &Engine, request: &Request, now: u64) -> Ticket {
     }
 }
 
-/// Past the timing wheel's next tick (ticks are 2^20 ns, about 1 ms).
-pub const NEXT_TICK: u64 = 2 << 20;
-
-/// `next_grant_at(now)`; when that is `Empty` with requests still queued, again after the timing
-/// wheel's next tick. A caller holding a tenant's turn that finds its next entry claimed but not
-/// written yet parks the tenant until that tick rather than wait for the writer, and the models
-/// explore that writer staying descheduled. A drain at one fixed time would miss such a tenant.
-pub fn next_grant_settled(engine: &Engine, now: u64) -> fairq::NextGrant {
-    match engine.next_grant_at(now) {
-        fairq::NextGrant::Empty if engine.stats().queued > 0 => {
-            engine.next_grant_at(now + NEXT_TICK)
-        }
-        answer => answer,
-    }
-}
-
 /// Runs `model` under loom's exhaustive (preemption-bounded) scheduler and prints how many
 /// executions it explored and how long that took, for the closing note and the README.
 ///

@@ -11,9 +11,7 @@
 #![cfg(loom)]
 
 use fairq::{Engine, Enqueued, NextGrant, Outcome, Reason, TenantKey, Ticket};
-use fairq_loom_tests::{
-    check, enqueue, next_grant_settled, request, tenant_a, tenant_c, tiny_config,
-};
+use fairq_loom_tests::{check, enqueue, request, tenant_a, tenant_c, tiny_config};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -39,7 +37,7 @@ fn try_enqueue(engine: &Engine, key: TenantKey, now: u64) -> Option<(Ticket, Ten
 fn drain_and_check(engine: &Engine, queued: &[(Ticket, TenantKey)], now: u64) {
     let mut granted = 0;
     loop {
-        match next_grant_settled(engine, now) {
+        match engine.next_grant_at(now) {
             NextGrant::Granted(g) => {
                 let &(_, key) = queued
                     .iter()

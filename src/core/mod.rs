@@ -80,11 +80,6 @@ const HOLD_SPIN_ROUNDS: u32 = 1;
 /// The wide slot is empty.
 const NO_WIDE: u64 = u64::MAX;
 
-/// `TenantSlot::staged` while its holder parked the tenant because the next entry was not there
-/// to take yet (an earlier producer had not written it): the placement after the park stages it
-/// first. No handle has it (its index is beyond any slab).
-const UNSTAGED: u64 = u64::MAX;
-
 /// The sizes and bounds the core is built with (from `Config`, validated there).
 #[derive(Clone, Debug)]
 pub(crate) struct Limits {
@@ -192,18 +187,6 @@ enum Served {
     AtCapacity,
     /// Its head needs every permit and some were out: the tenant waits in the wide slot.
     Held,
-}
-
-/// What the holder found when it went for a tenant's next entry (`Core::next_head`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Staging {
-    /// The next head is staged.
-    Staged,
-    /// Nothing more was queued: the tenant went idle and its turn is given up.
-    Idle,
-    /// An entry is due but not written yet: the holder still holds the turn and parks the
-    /// tenant (`Core::park_unstaged`) instead of waiting for the writer.
-    Unwritten,
 }
 
 /// What serving the wide slot came to.
@@ -529,72 +512,19 @@ impl<H: Hooks> Core<H> {
     /// The caller raised `queued` from 0 and so holds the tenant's turn: stage the head, place it.
     fn activate(&self, t: SlotId, now: u64) {
         let slot = self.tenants.slot(t);
-        let staging = self.stage(t, now);
-        if staging == Staging::Idle {
-            return;
-        }
-        slot.credit.store(0, Ordering::Relaxed);
-        slot.last_grant.store(now, Ordering::Relaxed);
-        if staging == Staging::Unwritten {
-            self.park_unstaged(t, now);
-        } else {
+        let staged = match slot.queue.take_next() {
+            Next::Handle(head) => {
+                slot.staged.store(head, Ordering::Relaxed);
+                true
+            }
+            // Our own entry was dead and swept (a forged cancel): account it, take the next.
+            Next::Swept => self.next_head(t, false, now),
+        };
+        if staged {
+            slot.credit.store(0, Ordering::Relaxed);
+            slot.last_grant.store(now, Ordering::Relaxed);
             self.place(t, None, false, now);
         }
-    }
-
-    /// The holder stages tenant `t`'s next entry, which its `queued` count says is due.
-    fn stage(&self, t: SlotId, now: u64) -> Staging {
-        // A dead entry a compaction removed (a forged cancel): account it, take the next.
-        self.try_stage(t)
-            .unwrap_or_else(|| self.next_head(t, false, now))
-    }
-
-    /// Stages tenant `t`'s next entry, or marks it `UNSTAGED` when that entry is not written
-    /// yet; `None` for a dead entry a compaction removed, which the caller accounts.
-    fn try_stage(&self, t: SlotId) -> Option<Staging> {
-        let (staged, staging) = match self.take_entry(t) {
-            Some(Next::Handle(head)) => (head, Staging::Staged),
-            Some(Next::Swept) => return None,
-            None => (UNSTAGED, Staging::Unwritten),
-        };
-        // Relaxed: the turn holder's own field.
-        self.tenants.slot(t).staged.store(staged, Ordering::Relaxed);
-        Some(staging)
-    }
-
-    /// Takes tenant `t`'s next entry for its holder. An entry that is due but not written yet
-    /// (an earlier producer claimed its place and has not stored it) is a few stores away unless
-    /// that producer was descheduled: spin as long as `Backoff` spins, never yield. `None` then;
-    /// the holder parks the tenant and the wheel brings it back (`park_unstaged`).
-    fn take_entry(&self, t: SlotId) -> Option<Next> {
-        let queue = &self.tenants.slot(t).queue;
-        // Under loom no spin: a spin's yield lets the writer finish, and the models must see the
-        // writer stay descheduled, the case the spin only makes rarer.
-        #[cfg(loom)]
-        return queue.try_take_next();
-        #[cfg(not(loom))]
-        {
-            let backoff = Backoff::new();
-            loop {
-                if let Some(next) = queue.try_take_next() {
-                    return Some(next);
-                }
-                if backoff.is_completed() {
-                    return None;
-                }
-                backoff.snooze();
-            }
-        }
-    }
-
-    /// Parks tenant `t`, whose holder could not stage its next entry yet, until the wheel's next
-    /// tick: its placement then stages it first (`place`). The tenant is out of every ready set.
-    fn park_unstaged(&self, t: SlotId, now: u64) {
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Unwritten) {
-            return; // Broken on purpose: drops the turn with entries still queued.
-        }
-        self.park(t, now, now);
     }
 
     /// Places a tenant whose turn the caller holds and whose head is staged: in the wheel if the
@@ -602,18 +532,6 @@ impl<H: Hooks> Core<H> {
     /// count already includes the tenant (a granter's), if any.
     fn place(&self, t: SlotId, counted_in: Option<ClassId>, visit_continues: bool, now: u64) {
         let slot = self.tenants.slot(t);
-        if slot.staged.load(Ordering::Relaxed) == UNSTAGED {
-            // Back from `park_unstaged`: stage the entry it could not take then.
-            debug_assert!(
-                counted_in.is_none(),
-                "an unstaged tenant is in no ready set"
-            );
-            match self.stage(t, now) {
-                Staging::Staged => {}
-                Staging::Idle => return,
-                Staging::Unwritten => return self.park_unstaged(t, now),
-            }
-        }
         let head = Ticket(slot.staged.load(Ordering::Relaxed));
         let class = slot.class.load(Ordering::Relaxed);
         let alive = self.tickets.lookup(head) == Lookup::Live(QUEUED);
@@ -953,11 +871,10 @@ impl<H: Hooks> Core<H> {
             };
             if self.tickets.lookup(head) != Lookup::Live(QUEUED) {
                 // Cancelled: sweep the tombstone.
-                let staging = self.next_head(t, false, now);
-                if staging == Staging::Staged {
+                if self.next_head(t, false, now) {
                     continue;
                 }
-                self.unready(t, class, staging, now);
+                self.leave_ready(t, class, now);
                 return Served::Nothing;
             }
             if now > fields.deadline {
@@ -1126,36 +1043,31 @@ impl<H: Hooks> Core<H> {
     }
 
     /// The holder is done with the staged head: stage the next one if any. `granted`: the head
-    /// was granted, so its place in the tenant's queue goes back with its entry.
-    fn next_head(&self, t: SlotId, granted: bool, now: u64) -> Staging {
+    /// was granted, so its place in the tenant's queue goes back with its entry. Returns false
+    /// when the tenant went idle (its turn is given up).
+    fn next_head(&self, t: SlotId, granted: bool, now: u64) -> bool {
+        let slot = self.tenants.slot(t);
         let mut granted = granted;
         loop {
             if self.tenants.release_entry(t, granted, now).queued() <= 1 {
-                return Staging::Idle;
+                return false;
             }
             granted = false;
-            // A dead entry a compaction removed (`None`) is accounted like a popped one.
-            if let Some(staging) = self.try_stage(t) {
-                return staging;
+            match slot.queue.take_next() {
+                Next::Handle(head) => {
+                    slot.staged.store(head, Ordering::Relaxed);
+                    return true;
+                }
+                // A dead entry a compaction removed: it is accounted like a popped one.
+                Next::Swept => continue,
             }
-        }
-    }
-
-    /// The holder of tenant `t`, counted ready in `class`, has no head to stage (`staging` is
-    /// not `Staged`): the tenant leaves the ready set, and waits in the wheel if its next entry
-    /// is due but not written yet.
-    fn unready(&self, t: SlotId, class: ClassId, staging: Staging, now: u64) {
-        self.leave_ready(t, class, now);
-        if staging == Staging::Unwritten {
-            self.park_unstaged(t, now);
         }
     }
 
     /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
     fn after_turn(&self, t: SlotId, class: ClassId, granted: bool, now: u64) {
-        let staging = self.next_head(t, granted, now);
-        if staging != Staging::Staged {
-            self.unready(t, class, staging, now);
+        if !self.next_head(t, granted, now) {
+            self.leave_ready(t, class, now);
             return;
         }
         let slot = self.tenants.slot(t);

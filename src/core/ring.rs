@@ -19,7 +19,7 @@
 //! `head`. A compaction touches only entries a producer has finished writing, so producers never
 //! wait for it.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// Set in `head` while a compaction owns the consumer side.
 const LOCKED: u64 = 1 << 63;
@@ -144,24 +144,26 @@ impl TenantQueue {
 
     /// The turn holder's next entry, when the tenant's `queued` count says one is due (it was
     /// pushed before it was counted): an entry a compaction swept, first, so `swept` never
-    /// builds up behind a ring that never runs dry; else the oldest handle.
-    ///
-    /// `None` when that entry is not there to take yet: an earlier producer claimed its position
-    /// and has not written it (a later producer's entry was counted first), or a compaction holds
-    /// the ring. Both are a few stores away unless that thread was descheduled, so the caller
-    /// spins a little (`Core::take_entry`) and then parks the tenant rather than wait on it.
+    /// builds up behind a ring that never runs dry; else the oldest handle. Waits out a
+    /// compaction in progress (a bounded pass over the ring).
     ///
     /// A swept entry may stand for one whose producer has not counted it yet (a forged cancel
     /// ended it between its push and its count): the holder then accounts one entry early, and
     /// the producer's count, a few instructions later, activates the tenant again if need be.
-    pub(crate) fn try_take_next(&self) -> Option<Next> {
-        // Acquire: pairs with the compaction's Release of `head` (it counts before it unlocks).
-        // Relaxed decrement: only the turn holder takes from `swept`.
-        if self.swept.load(Ordering::Acquire) > 0 {
-            self.swept.fetch_sub(1, Ordering::Relaxed);
-            return Some(Next::Swept);
+    pub(crate) fn take_next(&self) -> Next {
+        let backoff = Backoff::new();
+        loop {
+            // Acquire: pairs with the compaction's Release of `head` (it counts before it
+            // unlocks). Relaxed decrement: only the turn holder takes from `swept`.
+            if self.swept.load(Ordering::Acquire) > 0 {
+                self.swept.fetch_sub(1, Ordering::Relaxed);
+                return Next::Swept;
+            }
+            if let Some(value) = self.pop() {
+                return Next::Handle(value);
+            }
+            backoff.snooze();
         }
-        self.pop().map(Next::Handle)
     }
 
     /// Drops the dead entries (`is_dead`) of the settled part of the ring, keeping the live ones
@@ -317,8 +319,8 @@ mod loom_models {
             let dropped = mine + other.join().unwrap();
             assert_eq!(dropped, 1, "the dead entry is dropped once");
             // Swept entries are taken first, then the live handle.
-            assert_eq!(queue.try_take_next(), Some(Next::Swept));
-            assert_eq!(queue.try_take_next(), Some(Next::Handle(2)));
+            assert_eq!(queue.take_next(), Next::Swept);
+            assert_eq!(queue.take_next(), Next::Handle(2));
             assert_eq!(drain(&queue), (vec![], 0));
         });
     }
