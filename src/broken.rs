@@ -46,6 +46,9 @@ pub enum Break {
     RowHandOff,
     /// A ready-ring push marks its entry full before it writes the value.
     RingPublish,
+    /// A tenant-queue push publishes its entry with a plain store, dropping the mark of a turn
+    /// holder that found the entry not written yet: nobody holds the tenant's turn.
+    Unwritten,
 }
 
 thread_local! {

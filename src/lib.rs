@@ -57,6 +57,14 @@ pub use core::FleetTenant;
 #[doc(hidden)]
 pub use core::{set_full_rings, with_batched_picks};
 pub use engine::Engine;
+
+/// Tests: how many times the engine's waits on other threads have yielded the CPU in this
+/// process (a system call each). The hot path makes none.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub fn debug_yields() -> u64 {
+    sync::yields()
+}
 pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
 pub use indicators::{FairnessAggregate, FairnessReport, MinMax, TenantIndicators};
 pub use limits::MIN_FLEET_FACTOR;

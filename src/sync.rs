@@ -27,6 +27,16 @@ mod imp {
     /// Rounds of spinning before a `Backoff` yields.
     const SPIN_ROUNDS: u32 = 11;
 
+    /// Yields every `Backoff` of this process has made (`yields`).
+    static YIELDS: AtomicU64 = AtomicU64::new(0);
+
+    /// System calls the waits of this process have made so far: `Backoff` yields. Tests check
+    /// that the hot path makes none.
+    pub(crate) fn yields() -> u64 {
+        // Relaxed: a statistic.
+        YIELDS.load(Ordering::Relaxed)
+    }
+
     impl Backoff {
         pub(crate) fn new() -> Self {
             Backoff(std::cell::Cell::new(0))
@@ -37,6 +47,8 @@ mod imp {
                 spin(1 << round);
                 self.0.set(round + 1);
             } else {
+                // Relaxed: a statistic for tests; off the hot path (only when yielding).
+                YIELDS.fetch_add(1, Ordering::Relaxed);
                 std::thread::yield_now();
             }
         }

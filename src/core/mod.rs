@@ -11,8 +11,9 @@
 //! passes through the tenant's `queued` count (see `tenants.rs`): the enqueuer that raises it from
 //! 0 activates the tenant; a granter that pops the tenant from its class ring holds it until it
 //! puts it back; a wheel drainer holds it while it decides; a feature that blocked it (a full
-//! bulkhead pool) holds it until it hands it back. So the staged head and the DRR credit need no
-//! synchronisation of their own.
+//! bulkhead pool) holds it until it hands it back; a holder whose next entry is counted but not
+//! written yet hands it to that entry's writer (`ring.rs`) rather than wait. So the staged head
+//! and the DRR credit need no synchronisation of their own.
 //!
 //! # Hot path
 //! `enqueue`, `next_grant`, `complete` and `cancel` allocate nothing and take no lock: atomics,
@@ -43,7 +44,7 @@ pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
 use permits::{Capacity, Permits};
 #[cfg(loom)]
 pub use ring::set_full_rings;
-use ring::Next;
+use ring::{Next, Turn};
 use tally::Tallies;
 pub(crate) use tenants::{ring_capacity, slot_count};
 use tenants::{TenantSlot, TenantTable};
@@ -79,6 +80,10 @@ const HOLD_SPIN_ROUNDS: u32 = 1;
 
 /// The wide slot is empty.
 const NO_WIDE: u64 = u64::MAX;
+
+/// In `staged` while a tenant's turn is handed to a writer: the tenant is counted ready in no
+/// class (else the class's id is there).
+const COUNTED_NOWHERE: u64 = u64::MAX;
 
 /// The sizes and bounds the core is built with (from `Config`, validated there).
 #[derive(Clone, Debug)]
@@ -187,6 +192,17 @@ enum Served {
     AtCapacity,
     /// Its head needs every permit and some were out: the tenant waits in the wide slot.
     Held,
+}
+
+/// What became of a turn holder's next entry (`Core::stage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Staging {
+    /// Staged: the caller holds the turn with a head to place.
+    Staged,
+    /// Nothing left: the tenant went idle and the turn is given up.
+    Idle,
+    /// Not written yet: its writer holds the turn now, and will place the tenant.
+    HandedOver,
 }
 
 /// What serving the wide slot came to.
@@ -463,7 +479,12 @@ impl<H: Hooks> Core<H> {
             self.tenants.pin_again(t);
         }
         self.tickets.publish(ticket);
-        if !self.push_entry(t, ticket) {
+        let (pushed, turn) = self.push_entry(t, ticket);
+        if !pushed {
+            if turn == Turn::Received {
+                // Our compaction was handed the turn: carry it on (the extra pin keeps the slot).
+                self.resume(t, now);
+            }
             // Only when producers that have not finished writing hold the free entries. A cancel
             // may have ended the ticket since `publish` (then the canceller released it all and
             // the request ended there, once).
@@ -484,47 +505,107 @@ impl<H: Hooks> Core<H> {
             };
         }
         // Announces the entry and drops the extra pin in one RMW.
-        if self.tenants.announce(t).queued() == 0 {
+        let before = self.tenants.announce(t);
+        if turn == Turn::Received {
+            // The holder counted an entry due when it handed the turn over, so this is no
+            // activation.
+            debug_assert!(
+                before.queued() > 0,
+                "a turn handed over with nothing counted"
+            );
+            self.resume(t, now);
+        } else if before.queued() == 0 {
             self.activate(t, now);
         }
         Pushed::Queued
     }
 
     /// Pushes a published ticket's handle into tenant `t`'s ring. A full ring holds dead entries
-    /// (the reservation says a live place is free): compact it and try again.
-    fn push_entry(&self, t: SlotId, ticket: Ticket) -> bool {
+    /// (the reservation says a live place is free): compact it and try again. Returns whether it
+    /// was pushed, and whether the tenant's turn was handed to the caller on the way (`ring.rs`),
+    /// pushed or not.
+    fn push_entry(&self, t: SlotId, ticket: Ticket) -> (bool, Turn) {
         let queue = &self.tenants.slot(t).queue;
         let backoff = Backoff::new();
+        let mut turn = Turn::Unchanged;
         for _ in 0..PUSH_ATTEMPTS {
-            if queue.push(ticket.0).is_ok() {
-                return true;
+            if let Ok(pushed) = queue.push(ticket.0) {
+                return (true, turn.or(pushed));
             }
-            if queue.compact(|handle| self.tickets.lookup(Ticket(handle)) != Lookup::Live(QUEUED))
-                == 0
-            {
+            let (dropped, handed) =
+                queue.compact(|handle| self.tickets.lookup(Ticket(handle)) != Lookup::Live(QUEUED));
+            turn = turn.or(handed);
+            if dropped == 0 {
                 // Another consumer holds the ring, or producers are mid-write: let them finish.
                 backoff.snooze();
             }
         }
-        false
+        (false, turn)
     }
 
     /// The caller raised `queued` from 0 and so holds the tenant's turn: stage the head, place it.
     fn activate(&self, t: SlotId, now: u64) {
+        if self.stage(t, None, now) == Staging::Staged {
+            self.place_staged(t, None, now);
+        }
+    }
+
+    /// The caller was handed tenant `t`'s turn by a holder that found its next entry not written
+    /// yet (`ring.rs`): it does what that holder would have done, from staging that entry on.
+    fn resume(&self, t: SlotId, now: u64) {
         let slot = self.tenants.slot(t);
-        let staged = match slot.queue.take_next() {
-            Next::Handle(head) => {
-                slot.staged.store(head, Ordering::Relaxed);
-                true
-            }
-            // Our own entry was dead and swept (a forged cancel): account it, take the next.
-            Next::Swept => self.next_head(t, false, now),
+        // Relaxed: ordered by the hand-over's CAS (`ring.rs`).
+        let counted_in = match slot.staged.load(Ordering::Relaxed) {
+            COUNTED_NOWHERE => None,
+            class => Some(class as ClassId),
         };
-        if staged {
+        match self.stage(t, counted_in, now) {
+            Staging::Staged => self.place_staged(t, counted_in, now),
+            Staging::Idle => {
+                if let Some(class) = counted_in {
+                    self.leave_ready(t, class, now);
+                }
+            }
+            Staging::HandedOver => {}
+        }
+    }
+
+    /// The holder of tenant `t`'s turn, with an entry counted due, stages it. `counted_in`: the
+    /// class whose ready count includes the tenant, if any, which is what the entry's writer
+    /// needs to carry on if the turn is handed over.
+    fn stage(&self, t: SlotId, counted_in: Option<ClassId>, now: u64) -> Staging {
+        let slot = self.tenants.slot(t);
+        let pending = counted_in.map_or(COUNTED_NOWHERE, u64::from);
+        loop {
+            // Relaxed: the hand-over's Release CAS publishes it.
+            match slot
+                .queue
+                .take_next(|| slot.staged.store(pending, Ordering::Relaxed))
+            {
+                Next::Handle(head) => {
+                    slot.staged.store(head, Ordering::Relaxed);
+                    return Staging::Staged;
+                }
+                // A dead entry a compaction removed: it is accounted like a popped one.
+                Next::Swept => {
+                    if self.tenants.release_entry(t, false, now).queued() <= 1 {
+                        return Staging::Idle;
+                    }
+                }
+                Next::HandedOver => return Staging::HandedOver,
+            }
+        }
+    }
+
+    /// Places a tenant whose head was just staged: an activated one (`counted_in` none) starts
+    /// with no DRR credit.
+    fn place_staged(&self, t: SlotId, counted_in: Option<ClassId>, now: u64) {
+        if counted_in.is_none() {
+            let slot = self.tenants.slot(t);
             slot.credit.store(0, Ordering::Relaxed);
             slot.last_grant.store(now, Ordering::Relaxed);
-            self.place(t, None, false, now);
         }
+        self.place(t, counted_in, false, now);
     }
 
     /// Places a tenant whose turn the caller holds and whose head is staged: in the wheel if the
@@ -871,10 +952,11 @@ impl<H: Hooks> Core<H> {
             };
             if self.tickets.lookup(head) != Lookup::Live(QUEUED) {
                 // Cancelled: sweep the tombstone.
-                if self.next_head(t, false, now) {
-                    continue;
+                match self.next_head(t, false, class, now) {
+                    Staging::Staged => continue,
+                    Staging::Idle => self.leave_ready(t, class, now),
+                    Staging::HandedOver => {}
                 }
-                self.leave_ready(t, class, now);
                 return Served::Nothing;
             }
             if now > fields.deadline {
@@ -1042,33 +1124,22 @@ impl<H: Hooks> Core<H> {
         }
     }
 
-    /// The holder is done with the staged head: stage the next one if any. `granted`: the head
-    /// was granted, so its place in the tenant's queue goes back with its entry. Returns false
-    /// when the tenant went idle (its turn is given up).
-    fn next_head(&self, t: SlotId, granted: bool, now: u64) -> bool {
-        let slot = self.tenants.slot(t);
-        let mut granted = granted;
-        loop {
-            if self.tenants.release_entry(t, granted, now).queued() <= 1 {
-                return false;
-            }
-            granted = false;
-            match slot.queue.take_next() {
-                Next::Handle(head) => {
-                    slot.staged.store(head, Ordering::Relaxed);
-                    return true;
-                }
-                // A dead entry a compaction removed: it is accounted like a popped one.
-                Next::Swept => continue,
-            }
+    /// The holder of tenant `t`, counted ready in `class`, is done with the staged head: stage
+    /// the next one if any. `granted`: the head was granted, so its place in the tenant's queue
+    /// goes back with its entry.
+    fn next_head(&self, t: SlotId, granted: bool, class: ClassId, now: u64) -> Staging {
+        if self.tenants.release_entry(t, granted, now).queued() <= 1 {
+            return Staging::Idle;
         }
+        self.stage(t, Some(class), now)
     }
 
     /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
     fn after_turn(&self, t: SlotId, class: ClassId, granted: bool, now: u64) {
-        if !self.next_head(t, granted, now) {
-            self.leave_ready(t, class, now);
-            return;
+        match self.next_head(t, granted, class, now) {
+            Staging::Staged => {}
+            Staging::Idle => return self.leave_ready(t, class, now),
+            Staging::HandedOver => return,
         }
         let slot = self.tenants.slot(t);
         let visit_continues = granted && {

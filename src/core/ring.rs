@@ -18,11 +18,25 @@
 //! a CAS from `pos` to `pos + 1`, which fails while a compaction holds `LOCKED` or after it moved
 //! `head`. A compaction touches only entries a producer has finished writing, so producers never
 //! wait for it.
+//!
+//! # Handing the turn to a writer
+//! The tenant's `queued` count can say an entry is due while the entry at `head` is not there to
+//! take: an earlier producer claimed that position and has not written it yet (a later one
+//! counted its own entry first), or a compaction holds the ring. Both are a few stores away,
+//! unless that thread was descheduled, and the turn holder must not wait for it. So it marks
+//! what it found (`WANTED` in the entry's stamp, or in `head` during a compaction) with a CAS and
+//! leaves: the turn is the marker's now. The producer publishes its entry with a CAS on the stamp
+//! (the compaction unlocks with a swap), so exactly one of the two wins: a holder whose mark
+//! fails takes the entry, and a writer that finds the mark holds the tenant's turn
+//! ([`Turn::Received`]).
 
-use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Set in `head` while a compaction owns the consumer side.
-const LOCKED: u64 = 1 << 63;
+const LOCKED: u64 = 1 << 62;
+/// Set in an unwritten entry's stamp (or in a locked `head`) by a turn holder that found it not
+/// written yet: its writer takes over the turn.
+const WANTED: u64 = 1 << 63;
 
 struct Entry {
     /// The position this entry is free for (`pos`) or full at (`pos + 1`).
@@ -38,6 +52,29 @@ pub(crate) enum Next {
     Handle(u64),
     /// A dead entry a compaction removed: account it like a popped dead handle.
     Swept,
+    /// The next entry is not written yet (or a compaction holds the ring): its writer (or the
+    /// compaction) holds the turn now, and the caller no longer does.
+    HandedOver,
+}
+
+/// Whether a push or a compaction gave its caller the tenant's turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// As before the call.
+    Unchanged,
+    /// The turn holder found this caller's entry not written yet (or the ring locked by this
+    /// caller's compaction) and handed the tenant's turn over: the caller holds it now.
+    Received,
+}
+
+impl Turn {
+    pub(crate) fn or(self, other: Turn) -> Turn {
+        if self == Turn::Received {
+            self
+        } else {
+            other
+        }
+    }
 }
 
 pub(crate) struct TenantQueue {
@@ -71,7 +108,7 @@ impl TenantQueue {
     }
 
     /// Appends `value`; gives it back if the ring is full (dead entries included).
-    pub(crate) fn push(&self, value: u64) -> Result<(), u64> {
+    pub(crate) fn push(&self, value: u64) -> Result<Turn, u64> {
         #[cfg(loom)]
         if FULL.with(|full| full.get()) {
             return Err(value);
@@ -83,8 +120,9 @@ impl TenantQueue {
         loop {
             let entry = self.entry(tail);
             // Acquire: pairs with the consumer's Release of the stamp, so its read of the old
-            // value happens before our write of the new one.
-            let stamp = entry.stamp.load(Ordering::Acquire);
+            // value happens before our write of the new one. A holder's mark is on a position
+            // already claimed, so it only ever reads as "not free yet" here.
+            let stamp = entry.stamp.load(Ordering::Acquire) & !WANTED;
             if stamp == tail {
                 // Relaxed: the stamp, not `tail`, publishes the value.
                 match self.tail.compare_exchange_weak(
@@ -95,9 +133,7 @@ impl TenantQueue {
                 ) {
                     Ok(_) => {
                         entry.value.store(value, Ordering::Relaxed);
-                        // Release: the value is written before a consumer sees the entry full.
-                        entry.stamp.store(tail + 1, Ordering::Release);
-                        return Ok(());
+                        return Ok(Self::publish(entry, tail));
                     }
                     Err(seen) => {
                         crate::sync::contended(&mut wait);
@@ -114,7 +150,34 @@ impl TenantQueue {
         }
     }
 
+    /// Marks the entry claimed for `pos` full, now that its value is written. A CAS, not a
+    /// store, so that a turn holder's mark (see the module docs) is never overwritten unseen.
+    fn publish(entry: &Entry, pos: u64) -> Turn {
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Unwritten) {
+            // Broken on purpose: a plain store drops the holder's mark, and with it the turn.
+            entry.stamp.store(pos + 1, Ordering::Release);
+            return Turn::Unchanged;
+        }
+        // Release: the value is written before a consumer sees the entry full. Acquire on
+        // failure: pairs with the holder's Release in its mark, so what it left for the next
+        // holder (the tenant's pending placement) is ours.
+        match entry
+            .stamp
+            .compare_exchange(pos, pos + 1, Ordering::Release, Ordering::Acquire)
+        {
+            Ok(_) => Turn::Unchanged,
+            Err(marked) => {
+                debug_assert_eq!(marked, pos | WANTED, "only a holder marks a claimed entry");
+                // Release: as above; nobody else writes a marked stamp.
+                entry.stamp.store(pos + 1, Ordering::Release);
+                Turn::Received
+            }
+        }
+    }
+
     /// Pops the oldest entry, if one is ready and no compaction runs.
+    #[cfg(all(test, loom))]
     fn pop(&self) -> Option<u64> {
         let cap = self.entries.len() as u64;
         // Acquire: pairs with a compaction's Release of `head`: the entries it moved are ours.
@@ -144,14 +207,17 @@ impl TenantQueue {
 
     /// The turn holder's next entry, when the tenant's `queued` count says one is due (it was
     /// pushed before it was counted): an entry a compaction swept, first, so `swept` never
-    /// builds up behind a ring that never runs dry; else the oldest handle. Waits out a
-    /// compaction in progress (a bounded pass over the ring).
+    /// builds up behind a ring that never runs dry; else the oldest handle. If that entry is not
+    /// written yet, or a compaction holds the ring, the turn goes to that writer or compaction
+    /// (`Next::HandedOver`; the module docs): the caller writes what the next holder needs before
+    /// it calls this (`before_handing_over`, called only then, right before the mark). Never waits
+    /// on another thread.
     ///
     /// A swept entry may stand for one whose producer has not counted it yet (a forged cancel
     /// ended it between its push and its count): the holder then accounts one entry early, and
     /// the producer's count, a few instructions later, activates the tenant again if need be.
-    pub(crate) fn take_next(&self) -> Next {
-        let backoff = Backoff::new();
+    pub(crate) fn take_next(&self, before_handing_over: impl Fn()) -> Next {
+        let cap = self.entries.len() as u64;
         loop {
             // Acquire: pairs with the compaction's Release of `head` (it counts before it
             // unlocks). Relaxed decrement: only the turn holder takes from `swept`.
@@ -159,16 +225,64 @@ impl TenantQueue {
                 self.swept.fetch_sub(1, Ordering::Relaxed);
                 return Next::Swept;
             }
-            if let Some(value) = self.pop() {
-                return Next::Handle(value);
+            // Acquire: pairs with a compaction's Release of `head`: the entries it moved are ours.
+            let head = self.head.load(Ordering::Acquire);
+            if head & LOCKED != 0 {
+                before_handing_over();
+                // Release: what the caller wrote for the next holder goes with the turn, to the
+                // compaction's swap of `head`. Acquire on failure: the compaction is over and
+                // its moves are ours; look again.
+                if self
+                    .head
+                    .compare_exchange(head, head | WANTED, Ordering::Release, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Next::HandedOver;
+                }
+                continue;
             }
-            backoff.snooze();
+            let entry = self.entry(head);
+            // Acquire: pairs with the producer's Release of the stamp: the value is visible.
+            let stamp = entry.stamp.load(Ordering::Acquire);
+            if stamp == head + 1 {
+                // Relaxed: the stamp and `head` loads above ordered what we read; this CAS only
+                // claims the position against a compaction (which would have moved or locked
+                // `head`).
+                if self
+                    .head
+                    .compare_exchange(head, head + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let value = entry.value.load(Ordering::Relaxed);
+                    // Release: our read of the value happens before a producer of the next lap
+                    // writes it.
+                    entry.stamp.store(head + cap, Ordering::Release);
+                    return Next::Handle(value);
+                }
+                continue;
+            }
+            if stamp != head {
+                // Freed by a compaction that moved `head` since we read it: look again.
+                continue;
+            }
+            before_handing_over();
+            // Claimed, not written. Release: what the caller wrote for the next holder goes
+            // with the turn, to the writer's CAS of the stamp. Acquire on failure: the value is
+            // written now; take it.
+            if entry
+                .stamp
+                .compare_exchange(head, head | WANTED, Ordering::Release, Ordering::Acquire)
+                .is_ok()
+            {
+                return Next::HandedOver;
+            }
         }
     }
 
     /// Drops the dead entries (`is_dead`) of the settled part of the ring, keeping the live ones
-    /// in order. Returns how many it dropped; 0 if another consumer holds the ring.
-    pub(crate) fn compact(&self, is_dead: impl Fn(u64) -> bool) -> u64 {
+    /// in order. Returns how many it dropped (0 if another consumer holds the ring), and whether
+    /// the turn holder, finding the ring locked, handed the tenant's turn to this caller.
+    pub(crate) fn compact(&self, is_dead: impl Fn(u64) -> bool) -> (u64, Turn) {
         let cap = self.entries.len() as u64;
         // Acquire: the entries consumed before are settled.
         let head = self.head.load(Ordering::Acquire);
@@ -184,7 +298,7 @@ impl TenantQueue {
                     .is_err())
         {
             // Broken on purpose when `unlocked`: compact without taking the consumer side.
-            return 0;
+            return (0, Turn::Unchanged);
         }
         // The settled part: entries whose producer has finished (full at their position).
         let mut end = head;
@@ -212,9 +326,15 @@ impl TenantQueue {
             self.swept.fetch_add(dropped, Ordering::Relaxed);
         }
         // Release: the moved values and `swept` are visible to the next consumer (its Acquire
-        // load of `head`); unlocks.
-        self.head.store(keep, Ordering::Release);
-        dropped
+        // load of `head`); unlocks. Acquire: pairs with a holder's Release in its mark, so what
+        // it left for the next holder is ours. A swap, so that mark is never missed.
+        let locked = self.head.swap(keep, Ordering::AcqRel);
+        let turn = if locked & WANTED != 0 {
+            Turn::Received
+        } else {
+            Turn::Unchanged
+        };
+        (dropped, turn)
     }
 
     /// Start of the ring's storage and its size in bytes, for a prefetch.
@@ -279,7 +399,8 @@ mod loom_models {
                 thread::spawn(move || queue.push(4).is_ok())
             };
             let popped = queue.pop();
-            let dropped = compactor.join().unwrap();
+            let (dropped, turn) = compactor.join().unwrap();
+            assert_eq!(turn, Turn::Unchanged, "nobody handed a turn over");
             let pushed = producer.join().unwrap();
             let (rest, swept) = drain(&queue);
             let mut seen: Vec<u64> = popped.into_iter().chain(rest.iter().copied()).collect();
@@ -315,13 +436,96 @@ mod loom_models {
                 let queue = Arc::clone(&queue);
                 thread::spawn(move || queue.compact(dead))
             };
-            let mine = queue.compact(dead);
-            let dropped = mine + other.join().unwrap();
+            let (mine, _) = queue.compact(dead);
+            let dropped = mine + other.join().unwrap().0;
             assert_eq!(dropped, 1, "the dead entry is dropped once");
             // Swept entries are taken first, then the live handle.
-            assert_eq!(queue.take_next(), Next::Swept);
-            assert_eq!(queue.take_next(), Next::Handle(2));
+            assert_eq!(queue.take_next(|| ()), Next::Swept);
+            assert_eq!(queue.take_next(|| ()), Next::Handle(2));
             assert_eq!(drain(&queue), (vec![], 0));
         });
+    }
+
+    /// The turn holder takes the next entry while its producer writes it, or while a
+    /// compaction (of a ring holding a dead entry) runs: either the holder gets the entry, or it
+    /// hands the turn over and exactly one of the writer and the compaction receives it, and
+    /// then sees the note the holder left. The entry is never lost, never taken twice.
+    #[test]
+    fn holder_races_writer_and_compaction() {
+        loom::model(|| {
+            let queue = Arc::new(TenantQueue::new(3));
+            // A dead entry, taken as a swept one or popped before the live one.
+            queue.push(1).unwrap();
+            let note = Arc::new(AtomicU64::new(0));
+            let writer = {
+                let (queue, note) = (Arc::clone(&queue), Arc::clone(&note));
+                thread::spawn(move || {
+                    let turn = queue.push(2).unwrap();
+                    (turn, note.load(Ordering::Relaxed))
+                })
+            };
+            let compactor = {
+                let (queue, note) = (Arc::clone(&queue), Arc::clone(&note));
+                thread::spawn(move || {
+                    let (_, turn) = queue.compact(dead);
+                    (turn, note.load(Ordering::Relaxed))
+                })
+            };
+            // The holder takes two entries: the dead one (as a handle or swept) and the live one.
+            let mut taken = Vec::new();
+            let handed = loop {
+                match queue.take_next(|| note.store(7, Ordering::Relaxed)) {
+                    Next::Handle(v) => taken.push(v),
+                    Next::Swept => taken.push(0),
+                    Next::HandedOver => break true,
+                }
+                if taken.len() == 2 {
+                    break false;
+                }
+            };
+            let (writer_turn, writer_note) = writer.join().unwrap();
+            let (compactor_turn, compactor_note) = compactor.join().unwrap();
+            let received: Vec<u64> = [(writer_turn, writer_note), (compactor_turn, compactor_note)]
+                .iter()
+                .filter(|(turn, _)| *turn == Turn::Received)
+                .map(|&(_, note)| note)
+                .collect();
+            if handed {
+                assert_eq!(
+                    received,
+                    vec![7],
+                    "the turn reaches one thread, with the note"
+                );
+                // The new holder takes what is left; 2 is there for it.
+                while taken.len() < 2 {
+                    match queue.take_next(|| panic!("written and settled: nothing to wait for")) {
+                        Next::Handle(v) => taken.push(v),
+                        Next::Swept => taken.push(0),
+                        Next::HandedOver => unreachable!(),
+                    }
+                }
+            } else {
+                assert!(received.is_empty(), "nobody holds a turn the holder kept");
+            }
+            // A compaction may sweep the dead entry after the holder looked at `swept`, so
+            // the order of the two is open; each comes once.
+            taken.sort_unstable();
+            assert!(
+                taken == [1, 2] || taken == [0, 2],
+                "the live entry once, the dead one popped or swept: {taken:?}"
+            );
+        });
+    }
+
+    /// A writer that publishes with a plain store drops the holder's mark: nobody holds the
+    /// turn, and the entry is stranded.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic]
+    fn broken_unwritten_is_caught() {
+        crate::broken::with(
+            crate::broken::Break::Unwritten,
+            holder_races_writer_and_compaction,
+        );
     }
 }

@@ -87,7 +87,9 @@ pub(crate) struct TenantSlot {
     pub(in crate::core) key: AtomicU64,
     /// `live << 42 | depth << 21 | queued`, or `STEALING`; see the module docs.
     pub(in crate::core) counts: AtomicU64,
-    /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek).
+    /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek). While
+    /// the turn is handed to a writer (`ring.rs`), the class the tenant is counted ready in, for
+    /// that writer (`Core::resume`).
     pub(in crate::core) staged: AtomicU64,
     /// Owned by the turn holder: cost credit inside the class (DRR), in 1/`FACTOR_ONE` units.
     pub(in crate::core) credit: AtomicI64,
