@@ -176,10 +176,9 @@ impl TenantQueue {
         }
     }
 
-    /// Pops the oldest entry, if one is ready and no compaction runs.
+    /// Pops the oldest entry, if one is ready and no compaction runs (the loom models' drain).
     #[cfg(all(test, loom))]
     fn pop(&self) -> Option<u64> {
-        let cap = self.entries.len() as u64;
         // Acquire: pairs with a compaction's Release of `head`: the entries it moved are ours.
         let head = self.head.load(Ordering::Acquire);
         if head & LOCKED != 0 {
@@ -190,19 +189,33 @@ impl TenantQueue {
         if entry.stamp.load(Ordering::Acquire) != head + 1 {
             return None;
         }
-        // Relaxed: the stamp and `head` loads above ordered what we read; this CAS only claims
-        // the position against a compaction (which would have moved or locked `head`).
-        if self
-            .head
+        self.claim(entry, head)
+    }
+
+    /// Takes the entry at `head`, seen full at `head` (by an Acquire load of its stamp after an
+    /// Acquire load of `head`); `None` if a compaction locked or moved `head` meanwhile.
+    fn claim(&self, entry: &Entry, head: u64) -> Option<u64> {
+        // Relaxed: the stamp and `head` loads ordered what we read; this CAS only claims the
+        // position against a compaction (which would have moved or locked `head`).
+        self.head
             .compare_exchange(head, head + 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
-        }
+            .ok()?;
         let value = entry.value.load(Ordering::Relaxed);
         // Release: our read of the value happens before a producer of the next lap writes it.
-        entry.stamp.store(head + cap, Ordering::Release);
+        entry
+            .stamp
+            .store(head + self.entries.len() as u64, Ordering::Release);
         Some(value)
+    }
+
+    /// Hands the turn over by marking `word`, seen as `seen`, with `WANTED`: true if the mark
+    /// took. Release: what the caller wrote for the next holder (`before_handing_over`) goes with
+    /// the turn, to the writer's CAS of the stamp or the compaction's swap of `head`. Acquire on
+    /// failure: what changed the word (the writer's value, the compaction's moves) is ours.
+    fn mark(word: &AtomicU64, seen: u64, before_handing_over: &impl Fn()) -> bool {
+        before_handing_over();
+        word.compare_exchange(seen, seen | WANTED, Ordering::Release, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The turn holder's next entry, when the tenant's `queued` count says one is due (it was
@@ -217,7 +230,6 @@ impl TenantQueue {
     /// ended it between its push and its count): the holder then accounts one entry early, and
     /// the producer's count, a few instructions later, activates the tenant again if need be.
     pub(crate) fn take_next(&self, before_handing_over: impl Fn()) -> Next {
-        let cap = self.entries.len() as u64;
         loop {
             // Acquire: pairs with the compaction's Release of `head` (it counts before it
             // unlocks). Relaxed decrement: only the turn holder takes from `swept`.
@@ -228,15 +240,8 @@ impl TenantQueue {
             // Acquire: pairs with a compaction's Release of `head`: the entries it moved are ours.
             let head = self.head.load(Ordering::Acquire);
             if head & LOCKED != 0 {
-                before_handing_over();
-                // Release: what the caller wrote for the next holder goes with the turn, to the
-                // compaction's swap of `head`. Acquire on failure: the compaction is over and
-                // its moves are ours; look again.
-                if self
-                    .head
-                    .compare_exchange(head, head | WANTED, Ordering::Release, Ordering::Acquire)
-                    .is_ok()
-                {
+                // A compaction holds the ring: hand it the turn, or look again once it is over.
+                if Self::mark(&self.head, head, &before_handing_over) {
                     return Next::HandedOver;
                 }
                 continue;
@@ -245,18 +250,7 @@ impl TenantQueue {
             // Acquire: pairs with the producer's Release of the stamp: the value is visible.
             let stamp = entry.stamp.load(Ordering::Acquire);
             if stamp == head + 1 {
-                // Relaxed: the stamp and `head` loads above ordered what we read; this CAS only
-                // claims the position against a compaction (which would have moved or locked
-                // `head`).
-                if self
-                    .head
-                    .compare_exchange(head, head + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    let value = entry.value.load(Ordering::Relaxed);
-                    // Release: our read of the value happens before a producer of the next lap
-                    // writes it.
-                    entry.stamp.store(head + cap, Ordering::Release);
+                if let Some(value) = self.claim(entry, head) {
                     return Next::Handle(value);
                 }
                 continue;
@@ -265,15 +259,9 @@ impl TenantQueue {
                 // Freed by a compaction that moved `head` since we read it: look again.
                 continue;
             }
-            before_handing_over();
-            // Claimed, not written. Release: what the caller wrote for the next holder goes
-            // with the turn, to the writer's CAS of the stamp. Acquire on failure: the value is
-            // written now; take it.
-            if entry
-                .stamp
-                .compare_exchange(head, head | WANTED, Ordering::Release, Ordering::Acquire)
-                .is_ok()
-            {
+            // Claimed, not written: hand its writer the turn, or take the entry if it is
+            // written now.
+            if Self::mark(&entry.stamp, head, &before_handing_over) {
                 return Next::HandedOver;
             }
         }
