@@ -65,6 +65,14 @@ pub use engine::Engine;
 pub fn debug_yields() -> u64 {
     sync::yields()
 }
+
+/// Tests: how many times a caller holding a tenant's turn has handed it to the producer still
+/// writing the tenant's next entry (or to a compaction) in this process.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub fn debug_hand_overs() -> u64 {
+    core::hand_overs()
+}
 pub use identity::{Dimension, Identity, TenantDimension, TenantKey};
 pub use indicators::{FairnessAggregate, FairnessReport, MinMax, TenantIndicators};
 pub use limits::MIN_FLEET_FACTOR;

@@ -42,6 +42,8 @@ pub(crate) use classes::ClassView;
 use classes::{ClassWeights, Classes, Start, CLASS_LIMIT};
 pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
 use permits::{Capacity, Permits};
+#[cfg(not(loom))]
+pub(crate) use ring::hand_overs;
 #[cfg(loom)]
 pub use ring::set_full_rings;
 use ring::{Next, Turn};

@@ -57,6 +57,25 @@ pub(crate) enum Next {
     HandedOver,
 }
 
+/// Turns handed over in this process (`hand_overs`).
+#[cfg(not(loom))]
+static HAND_OVERS: AtomicU64 = AtomicU64::new(0);
+
+/// Tests: how many times a turn holder has handed a tenant's turn to a writer or a compaction
+/// in this process.
+#[cfg(not(loom))]
+pub(crate) fn hand_overs() -> u64 {
+    // Relaxed: a statistic.
+    HAND_OVERS.load(Ordering::Relaxed)
+}
+
+/// Counts a hand-over received (off the hot path: only when one happens).
+fn count_hand_over() {
+    // Relaxed: a statistic.
+    #[cfg(not(loom))]
+    HAND_OVERS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Whether a push or a compaction gave its caller the tenant's turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Turn {
@@ -171,6 +190,7 @@ impl TenantQueue {
                 debug_assert_eq!(marked, pos | WANTED, "only a holder marks a claimed entry");
                 // Release: as above; nobody else writes a marked stamp.
                 entry.stamp.store(pos + 1, Ordering::Release);
+                count_hand_over();
                 Turn::Received
             }
         }
@@ -318,6 +338,7 @@ impl TenantQueue {
         // it left for the next holder is ours. A swap, so that mark is never missed.
         let locked = self.head.swap(keep, Ordering::AcqRel);
         let turn = if locked & WANTED != 0 {
+            count_hand_over();
             Turn::Received
         } else {
             Turn::Unchanged
