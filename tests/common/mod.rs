@@ -6,7 +6,7 @@ pub mod c_build;
 #[cfg(feature = "fleet")]
 pub mod redis_server;
 
-use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Request, TenantKey, Ticket};
+use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey, Ticket};
 
 pub const MS: u64 = 1_000_000;
 
@@ -38,4 +38,31 @@ pub fn granted(engine: &Engine, now: u64) -> fairq::Grant {
         NextGrant::Granted(g) => g,
         other => panic!("expected a grant, got {other:?}"),
     }
+}
+
+/// Requests a drain ended: granted and completed, or expired.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    pub completed: u64,
+    pub expired: u64,
+}
+
+/// Grants (and completes) everything queued at `now`, until the engine answers `Empty`. Panics
+/// on `AtCapacity` (nothing may be in flight when a test drains) and after `limit` rounds.
+pub fn drain(engine: &Engine, now: u64, limit: usize) -> Drained {
+    let mut drained = Drained::default();
+    for _ in 0..limit {
+        match engine.next_grant_at(now) {
+            NextGrant::Granted(g) => {
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, now)
+                    .unwrap();
+                drained.completed += 1;
+            }
+            NextGrant::Expired(_) => drained.expired += 1,
+            NextGrant::Empty => return drained,
+            NextGrant::AtCapacity => panic!("drain: a permit is still out"),
+        }
+    }
+    panic!("the drain does not end: {drained:?} after {limit} rounds");
 }
