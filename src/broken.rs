@@ -49,6 +49,9 @@ pub enum Break {
     /// A tenant-queue push publishes its entry with a plain store, dropping the mark of a turn
     /// holder that found the entry not written yet: nobody holds the tenant's turn.
     Unwritten,
+    /// A caller takes a visitor another caller put back with a Relaxed CAS, so the putter's
+    /// writes to the tenant slot need not be visible to it.
+    Steal,
 }
 
 thread_local! {

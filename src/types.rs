@@ -200,7 +200,8 @@ pub enum NextGrant {
     Granted(Grant),
     /// A queued request whose budget ran out: answer it with its refusal (`deadline_exceeded`).
     Expired(Expired),
-    /// Nothing is ready.
+    /// Nothing is ready for this caller: no queued request is ready, or the only ready tenant
+    /// is being served by another caller, which goes on granting it.
     Empty,
     /// `max_in_flight` grants are out.
     AtCapacity,

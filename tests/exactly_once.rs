@@ -398,3 +398,51 @@ fn a_tenant_handed_between_callers_loses_no_request() {
         hand_overs
     );
 }
+
+/// A caller that just served a class's only ready tenant keeps it within reach: another caller
+/// leaves it alone while that caller keeps coming back for it. A caller that went idle must not
+/// hold it, though: the next caller, on another thread, is granted it on its first call, and
+/// drains the rest with plain calls.
+#[test]
+fn a_tenant_left_with_an_idle_caller_is_served_by_the_next() {
+    for round in 0..50 {
+        let engine = Arc::new(small(8, 64, 8));
+        for _ in 0..4 {
+            queued(&engine, &request("a"), 0);
+        }
+        let served = Arc::new(Barrier::new(2));
+        let done = Arc::new(Barrier::new(2));
+        let first = {
+            let (engine, served, done) = (Arc::clone(&engine), Arc::clone(&served), done.clone());
+            std::thread::spawn(move || {
+                let g = granted(&engine, 1);
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 1)
+                    .unwrap();
+                // Idle from here on, still alive (its statistics row stays its own).
+                served.wait();
+                done.wait();
+            })
+        };
+        served.wait();
+        let g = match engine.next_grant_at(2) {
+            NextGrant::Granted(g) => g,
+            other => panic!("round {round}: the idle caller's tenant was not served: {other:?}"),
+        };
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 2)
+            .unwrap();
+        assert_eq!(
+            drain(&engine, 3, 10),
+            Drained {
+                completed: 2,
+                expired: 0
+            },
+            "round {round}"
+        );
+        done.wait();
+        first.join().unwrap();
+        let stats = engine.stats();
+        assert_eq!((stats.queued, stats.in_flight), (0, 0), "round {round}");
+    }
+}

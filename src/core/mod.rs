@@ -39,7 +39,7 @@ use crate::types::{
 use crate::weights::WeightTable;
 
 pub(crate) use classes::ClassView;
-use classes::{ClassWeights, Classes, Start, CLASS_LIMIT};
+use classes::{ClassWeights, Classes, Start, Take, CLASS_LIMIT};
 pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
 use permits::{Capacity, Permits};
 #[cfg(not(loom))]
@@ -79,6 +79,23 @@ const SPENT_VISITS: u32 = 8;
 const HOLD_SPIN_ROUNDS: u32 = 6;
 #[cfg(loom)]
 const HOLD_SPIN_ROUNDS: u32 = 1;
+
+/// Spin hints a caller waits on a visitor another caller put back before it takes it: longer
+/// than that caller's complete-and-enqueue between two grants, short against a request's work.
+#[cfg(not(loom))]
+const OWNED_WAIT_HINTS: u32 = 256;
+#[cfg(loom)]
+const OWNED_WAIT_HINTS: u32 = 1;
+
+/// What `take_tenant` got from a class.
+enum Taken {
+    /// A tenant to serve, and whether it starts a new visit.
+    Tenant(SlotId, bool),
+    /// Another granter holds the class's tenants, longer than a spin.
+    Held,
+    /// Another caller keeps serving the class's visitor.
+    Busy,
+}
 
 /// The wide slot is empty.
 const NO_WIDE: u64 = u64::MAX;
@@ -713,7 +730,7 @@ impl<H: Hooks> Core<H> {
         // outside SWRR, so no SWRR credit changes.
         if let Some(class) = self.hooks.due_class(&self.classes.view(), now) {
             let total = self.classes.view().total();
-            if let Some((t, new_visit)) = self.classes.take(class as usize) {
+            if let Take::Tenant(t, new_visit) = self.classes.take(class as usize, false) {
                 match self.serve(t, class, Visit::of(new_visit), total, now, &mut None) {
                     Served::Grant(grant, _) => {
                         self.hooks.served_out_of_turn();
@@ -739,10 +756,20 @@ impl<H: Hooks> Core<H> {
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
             // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
+            // A visitor another caller keeps serving is left to it only when its class is the
+            // only one ready: with others ready, callers would wait on each other's tenants.
+            let defer = weights.iter().filter(|&&gain| gain != 0).count() == 1;
             let mut spent = 0;
             let served = loop {
-                let Some((t, new_visit)) = self.take_tenant(class) else {
-                    break None;
+                let (t, new_visit) = match self.take_tenant(class, defer) {
+                    Taken::Tenant(t, new_visit) => (t, new_visit),
+                    Taken::Held => break None,
+                    Taken::Busy => {
+                        // Its last granter is serving it again and again: leave it to that
+                        // caller rather than serve another class out of turn.
+                        self.classes.refund(class, total, &weights);
+                        return Some(NextGrant::Empty);
+                    }
                 };
                 match self.serve(
                     t,
@@ -854,17 +881,32 @@ impl<H: Hooks> Core<H> {
     /// ready tenants, another granter holds them for a few dozen ns: spin briefly (never yield,
     /// never sleep) rather than serve another class out of turn, which would skew shares when
     /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
-    fn take_tenant(&self, class: usize) -> Option<(SlotId, bool)> {
+    /// A visitor another caller put back is left to it while that caller keeps taking it again
+    /// (`Taken::Busy`), and taken once it has stayed put for `OWNED_WAIT_HINTS`.
+    fn take_tenant(&self, class: usize, defer: bool) -> Taken {
         for round in 0..=HOLD_SPIN_ROUNDS {
-            if let Some(taken) = self.classes.take(class) {
-                return Some(taken);
+            match self.classes.take(class, defer) {
+                Take::Tenant(t, new_visit) => return Taken::Tenant(t, new_visit),
+                Take::Owned(visitor) => return self.wait_for_visitor(class, visitor),
+                Take::Empty => {}
             }
             if round == HOLD_SPIN_ROUNDS || self.classes.ready(class) <= 0 {
-                return None;
+                return Taken::Held;
             }
             crate::sync::spin(1 << round);
         }
-        None
+        Taken::Held
+    }
+
+    /// `visitor`, the only ready class's tenant, was left there by a caller on another thread:
+    /// waits `OWNED_WAIT_HINTS`, then takes it if it is still there, unchanged (that caller went
+    /// away), or answers `Busy` (that caller came back for it and is serving it).
+    fn wait_for_visitor(&self, class: usize, visitor: classes::Visitor) -> Taken {
+        crate::sync::spin(OWNED_WAIT_HINTS);
+        match self.classes.steal(class, visitor) {
+            Some((t, new_visit)) => Taken::Tenant(t, new_visit),
+            None => Taken::Busy,
+        }
     }
 
     /// The permits a grant of `cost` takes: 1, or with seats on its cost (at least 1), at most

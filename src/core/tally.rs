@@ -133,8 +133,9 @@ loom::thread_local! {
     static HELD: Held = Held(BITMAP.claim());
 }
 
-/// This thread's row, claimed on first use; `None` when none was free.
-fn row() -> Option<usize> {
+/// This thread's row, claimed on first use; `None` when none was free. Also names the caller
+/// that last served a tenant (`Classes::put_back`).
+pub(crate) fn row() -> Option<usize> {
     HELD.try_with(|held| held.0).ok().flatten()
 }
 
