@@ -814,14 +814,15 @@ impl Classes {
 
     /// Takes the next tenant to serve from `class`: the visitor (a continued visit, or a new
     /// one for a class's only ready tenant), else the ring head, starting a new visit. A visitor
-    /// that another caller put there is left to it (`Take::Owned`; see `steal`) when `defer`.
-    pub(crate) fn take(&self, class: usize, defer: bool) -> Take {
+    /// that another caller put there is left to the taker's caller to decide on (`Take::Owned`;
+    /// see `steal`).
+    pub(crate) fn take(&self, class: usize) -> Take {
         let class = &self.classes[class];
         // Relaxed peek: the CAS below takes it with Acquire.
         let mut word = class.visiting.load(Ordering::Relaxed);
         while word != NO_VISITOR {
             let visitor = Visitor(word);
-            if defer && visitor.owned_by_other(owner_tag()) {
+            if visitor.owned_by_other(owner_tag()) {
                 return Take::Owned(visitor);
             }
             // Acquire: pairs with the Release in `put_back`; the holder's slot writes are ours.
@@ -1266,12 +1267,12 @@ mod loom_models {
             let tenants = Arc::new(TenantTable::new(1, 2, 0));
             let class = classes.ensure(1).expect("a class");
             classes.make_ready(class, 0, tenants.slot(0), false);
-            assert!(matches!(classes.take(0, true), Take::Tenant(0, true)));
+            assert!(matches!(classes.take(0), Take::Tenant(0, true)));
             let other = {
                 let (classes, tenants) = (Arc::clone(&classes), Arc::clone(&tenants));
                 thread::spawn(move || {
                     crate::core::tally::row();
-                    let got = match classes.take(0, true) {
+                    let got = match classes.take(0) {
                         Take::Owned(visitor) => classes.steal(0, visitor).is_some(),
                         Take::Tenant(t, _) => t == 0,
                         Take::Empty => false,
@@ -1287,7 +1288,7 @@ mod loom_models {
             // Relaxed: published by the put-back's Release.
             tenants.slot(0).credit.store(42, Ordering::Relaxed);
             classes.put_back(class, 0, false, tenants.slot(0));
-            let mine = matches!(classes.take(0, true), Take::Tenant(0, _));
+            let mine = matches!(classes.take(0), Take::Tenant(0, _));
             let theirs = other.join().unwrap();
             assert!(
                 mine != theirs,

@@ -730,7 +730,12 @@ impl<H: Hooks> Core<H> {
         // outside SWRR, so no SWRR credit changes.
         if let Some(class) = self.hooks.due_class(&self.classes.view(), now) {
             let total = self.classes.view().total();
-            if let Take::Tenant(t, new_visit) = self.classes.take(class as usize, false) {
+            let taken = match self.classes.take(class as usize) {
+                Take::Tenant(t, new_visit) => Some((t, new_visit)),
+                Take::Owned(visitor) => self.classes.steal(class as usize, visitor),
+                Take::Empty => None,
+            };
+            if let Some((t, new_visit)) = taken {
                 match self.serve(t, class, Visit::of(new_visit), total, now, &mut None) {
                     Served::Grant(grant, _) => {
                         self.hooks.served_out_of_turn();
@@ -756,12 +761,9 @@ impl<H: Hooks> Core<H> {
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
             // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
-            // A visitor another caller keeps serving is left to it only when its class is the
-            // only one ready: with others ready, callers would wait on each other's tenants.
-            let defer = weights.iter().filter(|&&gain| gain != 0).count() == 1;
             let mut spent = 0;
             let served = loop {
-                let (t, new_visit) = match self.take_tenant(class, defer) {
+                let (t, new_visit) = match self.take_tenant(class, &weights) {
                     Taken::Tenant(t, new_visit) => (t, new_visit),
                     Taken::Held => break None,
                     Taken::Busy => {
@@ -883,11 +885,22 @@ impl<H: Hooks> Core<H> {
     /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
     /// A visitor another caller put back is left to it while that caller keeps taking it again
     /// (`Taken::Busy`), and taken once it has stayed put for `OWNED_WAIT_HINTS`.
-    fn take_tenant(&self, class: usize, defer: bool) -> Taken {
+    fn take_tenant(&self, class: usize, weights: &ClassWeights) -> Taken {
         for round in 0..=HOLD_SPIN_ROUNDS {
-            match self.classes.take(class, defer) {
+            match self.classes.take(class) {
                 Take::Tenant(t, new_visit) => return Taken::Tenant(t, new_visit),
-                Take::Owned(visitor) => return self.wait_for_visitor(class, visitor),
+                Take::Owned(visitor) => {
+                    // Left to its owner only when its class is the only one ready (the pick
+                    // gained no other): with others ready, callers would wait on each other's
+                    // tenants.
+                    if weights.iter().filter(|&&gain| gain != 0).count() == 1 {
+                        return self.wait_for_visitor(class, visitor);
+                    }
+                    if let Some((t, new_visit)) = self.classes.steal(class, visitor) {
+                        return Taken::Tenant(t, new_visit);
+                    }
+                    continue; // taken or replaced meanwhile: look again
+                }
                 Take::Empty => {}
             }
             if round == HOLD_SPIN_ROUNDS || self.classes.ready(class) <= 0 {
