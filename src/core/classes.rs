@@ -21,8 +21,9 @@
 //! tenant) spins briefly, then refunds exactly what it added. Concurrent pickers may both pick the same class; the
 //! class then runs a debt that later picks pay back, so long-run shares stay exact.
 //!
-//! A class's only ready tenant waits in its visitor slot rather than its ring, tagged with the
-//! caller that put it there (`Visitor`). While it is the only class ready, a caller on another
+//! A class's only ready tenant waits in a slot ahead of its ring (behind a tenant whose visit
+//! continues, so single-threaded the order is the ring's), tagged with the caller that put it
+//! there (`Visitor`). While it is the only class ready, a caller on another
 //! thread leaves it to that caller for a short wait and answers `Empty` if that caller came back
 //! for it; it takes it if it stayed put. So one hot tenant is served by one caller at a time, its
 //! lines staying in that caller's cache, instead of changing cores on every grant.
@@ -65,8 +66,12 @@ use crate::sync::{
     fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
 };
 
-/// The visitor slot is empty.
+/// A visitor slot is empty.
 const NO_VISITOR: u64 = u64::MAX;
+/// The visitor slot of a tenant whose visit continues; served first.
+const CONTINUING: usize = 0;
+/// The visitor slot of a class's only ready tenant, starting a new visit; served next.
+const FIRST: usize = 1;
 
 /// A class's visitor, packed in one word: `seq << 40 | owner << 33 | new_visit << 32 | tenant`.
 /// `owner` is the calling thread's statistics row plus one (`tally::row`), 0 for a caller without
@@ -145,11 +150,12 @@ pub(crate) struct Class {
     /// Cost units granted in this class, never reset: the classes' sum is the light-tenant
     /// lane's clock. Granters bump it with a load and a store (`record_served`).
     served: AtomicU64,
-    /// The tenant served next in this class, outside the ring, as a `Visitor` word, or
-    /// `NO_VISITOR`: one whose visit continues (its credit covers its next head), or the class's
-    /// only ready tenant, and the caller that put it there.
-    visiting: CachePadded<AtomicU64>,
-    /// A hint: the tenant granted last in this class, or `NIL` (`Engine::link_successor`).
+    /// The tenants served next in this class, ahead of the ring, as `Visitor` words or
+    /// `NO_VISITOR`, each with the caller that put it there: `[CONTINUING]`, one whose visit
+    /// continues (its credit covers its next head), then `[FIRST]`, the class's only ready
+    /// tenant when it was put back (the ring's head, kept out of the ring).
+    visiting: CachePadded<[AtomicU64; 2]>,
+    /// A hint: the tenant granted last in this class, or `NIL` (`Core::prefetch_successor`).
     #[cfg_attr(loom, allow(dead_code))]
     last_granted: AtomicU32,
     /// Ready tenants, in round-robin order.
@@ -306,7 +312,10 @@ impl Classes {
                         visits: AtomicU64::new(0),
                         quantum: AtomicU32::new(1),
                         served: AtomicU64::new(0),
-                        visiting: CachePadded::new(AtomicU64::new(NO_VISITOR)),
+                        visiting: CachePadded::new([
+                            AtomicU64::new(NO_VISITOR),
+                            AtomicU64::new(NO_VISITOR),
+                        ]),
                         last_granted: AtomicU32::new(NIL),
                         ring: ArrayQueue::new(ring_capacity),
                     })
@@ -812,29 +821,26 @@ impl Classes {
         total
     }
 
-    /// Takes the next tenant to serve from `class`: the visitor (a continued visit, or a new
-    /// one for a class's only ready tenant), else the ring head, starting a new visit. A visitor
-    /// that another caller put there is left to the taker's caller to decide on (`Take::Owned`;
-    /// see `steal`).
+    /// Takes the next tenant to serve from `class`: the continuing visitor, else the first one
+    /// (a new visit), else the ring head, starting a new visit. A visitor that another caller
+    /// put there is left to the taker's caller to decide on (`Take::Owned`; see `steal`).
     pub(crate) fn take(&self, class: usize) -> Take {
         let class = &self.classes[class];
-        // Relaxed peek: the CAS below takes it with Acquire.
-        let mut word = class.visiting.load(Ordering::Relaxed);
-        while word != NO_VISITOR {
-            let visitor = Visitor(word);
-            if visitor.owned_by_other(owner_tag()) {
-                return Take::Owned(visitor);
-            }
-            // Acquire: pairs with the Release in `put_back`; the holder's slot writes are ours.
-            // A lost CAS means another caller took it: the next load reads `NO_VISITOR`.
-            match class.visiting.compare_exchange(
-                word,
-                NO_VISITOR,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Take::Tenant(visitor.tenant(), visitor.new_visit()),
-                Err(seen) => word = seen,
+        for slot in &*class.visiting {
+            // Relaxed peek: the CAS below takes it with Acquire.
+            let mut word = slot.load(Ordering::Relaxed);
+            while word != NO_VISITOR {
+                let visitor = Visitor(word);
+                if visitor.owned_by_other(owner_tag()) {
+                    return Take::Owned(visitor);
+                }
+                // Acquire: pairs with the Release in `put_back`; the holder's slot writes are
+                // ours. A lost CAS means another caller took it: the next load reads
+                // `NO_VISITOR`.
+                match slot.compare_exchange(word, NO_VISITOR, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => return Take::Tenant(visitor.tenant(), visitor.new_visit()),
+                    Err(seen) => word = seen,
+                }
             }
         }
         // A push still being written reads as empty: `take_tenant` spins briefly and comes back.
@@ -855,8 +861,13 @@ impl Classes {
             // Broken on purpose: the putter's slot writes are not ordered before ours.
             order = Ordering::Relaxed;
         }
-        self.classes[class]
-            .visiting
+        // A new visit waits in `FIRST`, a continued one in `CONTINUING`.
+        let slot = if visitor.new_visit() {
+            FIRST
+        } else {
+            CONTINUING
+        };
+        self.classes[class].visiting[slot]
             .compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
             .ok()
             .map(|_| (visitor.tenant(), visitor.new_visit()))
@@ -1134,19 +1145,20 @@ impl Classes {
                 .derate
                 .fetch_add(i64::from(counted) - i64::from(factor), Ordering::Relaxed);
         }
-        // The class's only ready tenant (the holder counts it) is next in its ring anyway: it
-        // waits as the visitor, where the caller that just served it takes it back without
-        // another caller pulling its lines across (`Take::Owned`). Relaxed: a newcomer counted
-        // meanwhile queues behind it, as it would behind a ring push.
+        // The class's only ready tenant (the holder counts it) would be its ring's head: it
+        // waits in `FIRST` instead, where the caller that just served it takes it back without
+        // another caller pulling its lines across (`Take::Owned`). A tenant whose visit
+        // continues still goes ahead of it, and a newcomer counted meanwhile queues behind it,
+        // as behind a ring push (Relaxed: a stale count only sends it to the ring).
         let sole = !visit_continues && class.ready.load(Ordering::Relaxed) == 1;
         if visit_continues || sole {
             // Relaxed: written only by the turn holder, which we are.
             let seq = slot.grants_total.load(Ordering::Relaxed);
             let visitor = Visitor::new(tenant, sole, owner_tag(), seq);
+            let slot = if sole { FIRST } else { CONTINUING };
             // Release: the holder's writes to the tenant slot happen before the next holder's
             // take.
-            if class
-                .visiting
+            if class.visiting[slot]
                 .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
