@@ -96,8 +96,10 @@ pub fn measure(
                 barrier.wait();
                 let started = Instant::now();
                 let mut cycles = 0u64;
-                // Relaxed: a stop flag; nothing is published through it.
-                while !stop.load(Ordering::Relaxed) {
+                // Relaxed: a stop flag; nothing is published through it. Each caller also
+                // stops by its own clock: at real-time priority (`chrt`) two spinning callers
+                // can keep the main thread, which raises the flag, off both cores.
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < run {
                     for _ in 0..256 {
                         let now = fairq::now_ns();
                         match engine.next_grant_at(now) {
