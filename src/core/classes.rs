@@ -98,6 +98,15 @@ impl Visitor {
         self.0 >> 32 & 1 == 1
     }
 
+    /// The slot it waits in: a new visit in `FIRST`, a continued one in `CONTINUING`.
+    fn slot(self) -> usize {
+        if self.new_visit() {
+            FIRST
+        } else {
+            CONTINUING
+        }
+    }
+
     /// Whether a caller with owner tag `me` (`owner_tag`) should leave it to the caller that
     /// put it here.
     fn owned_by_other(self, me: u64) -> bool {
@@ -861,13 +870,7 @@ impl Classes {
             // Broken on purpose: the putter's slot writes are not ordered before ours.
             order = Ordering::Relaxed;
         }
-        // A new visit waits in `FIRST`, a continued one in `CONTINUING`.
-        let slot = if visitor.new_visit() {
-            FIRST
-        } else {
-            CONTINUING
-        };
-        self.classes[class].visiting[slot]
+        self.classes[class].visiting[visitor.slot()]
             .compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
             .ok()
             .map(|_| (visitor.tenant(), visitor.new_visit()))
@@ -1155,10 +1158,9 @@ impl Classes {
             // Relaxed: written only by the turn holder, which we are.
             let seq = slot.grants_total.load(Ordering::Relaxed);
             let visitor = Visitor::new(tenant, sole, owner_tag(), seq);
-            let slot = if sole { FIRST } else { CONTINUING };
             // Release: the holder's writes to the tenant slot happen before the next holder's
             // take.
-            if class.visiting[slot]
+            if class.visiting[visitor.slot()]
                 .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
