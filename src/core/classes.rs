@@ -23,9 +23,9 @@
 //!
 //! A class's only ready tenant waits in a slot ahead of its ring (behind a tenant whose visit
 //! continues, so single-threaded the order is the ring's), tagged with the caller that put it
-//! there (`Visitor`). While it is the only class ready, a caller on another
-//! thread leaves it to that caller for a short wait and answers `Empty` if that caller came back
-//! for it; it takes it if it stayed put. So one hot tenant is served by one caller at a time, its
+//! there (`Visitor`). While its class holds most of the ready weight, a caller on
+//! another thread leaves it to that caller for a short wait and answers `Empty` if that caller
+//! came back for it; it takes it if it stayed put. So one hot tenant is served by one caller at a time, its
 //! lines staying in that caller's cache, instead of changing cores on every grant.
 //!
 //! # Batched picks
@@ -874,6 +874,12 @@ impl Classes {
             .compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
             .ok()
             .map(|_| (visitor.tenant(), visitor.new_visit()))
+    }
+
+    /// Whether `visitor` still waits in `class`, unchanged (a read: no line taken from its owner).
+    pub(crate) fn still_there(&self, class: usize, visitor: Visitor) -> bool {
+        // Relaxed: a hint; taking it is `steal`'s CAS.
+        self.classes[class].visiting[visitor.slot()].load(Ordering::Relaxed) == visitor.0
     }
 
     /// Records `tenant` as the last granted in `class`; returns the one before (a hint).

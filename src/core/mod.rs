@@ -883,17 +883,21 @@ impl<H: Hooks> Core<H> {
     /// ready tenants, another granter holds them for a few dozen ns: spin briefly (never yield,
     /// never sleep) rather than serve another class out of turn, which would skew shares when
     /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
-    /// A visitor another caller put back is left to it while that caller keeps taking it again
-    /// (`Taken::Busy`), and taken once it has stayed put for `OWNED_WAIT_HINTS`.
+    /// A visitor another caller put back, in a class holding most of the pick's weight, is left
+    /// to it while that caller keeps taking it again (`Taken::Busy`), and taken once it has
+    /// stayed put for `OWNED_WAIT_HINTS`; in another class it is taken at once.
     fn take_tenant(&self, class: usize, weights: &ClassWeights) -> Taken {
         for round in 0..=HOLD_SPIN_ROUNDS {
             match self.classes.take(class) {
                 Take::Tenant(t, new_visit) => return Taken::Tenant(t, new_visit),
                 Take::Owned(visitor) => {
-                    // Left to its owner only when its class is the only one ready (the pick
-                    // gained no other): with others ready, callers would wait on each other's
-                    // tenants.
-                    if weights.iter().filter(|&&gain| gain != 0).count() == 1 {
+                    // Left to its owner only when its class holds most of the pick's weight:
+                    // then most picks on every caller land on it, and taking it would only pass
+                    // its turn back and forth. A caller waits holding nothing, and only one
+                    // class holds a majority of a pick, so callers seldom wait on each other's
+                    // tenants, and then for one bounded wait.
+                    let total: i64 = weights.iter().sum();
+                    if 2 * weights.get(class).copied().unwrap_or(0) > total {
                         return self.wait_for_visitor(class, visitor);
                     }
                     if let Some((t, new_visit)) = self.classes.steal(class, visitor) {
@@ -911,11 +915,16 @@ impl<H: Hooks> Core<H> {
         Taken::Held
     }
 
-    /// `visitor`, the only ready class's tenant, was left there by a caller on another thread:
-    /// waits `OWNED_WAIT_HINTS`, then takes it if it is still there, unchanged (that caller went
-    /// away), or answers `Busy` (that caller came back for it and is serving it).
+    /// `visitor`, the tenant of a class holding most of the pick's weight, was left there by a
+    /// caller on another thread: waits `OWNED_WAIT_HINTS`, then takes it if it is still there,
+    /// unchanged (that caller went away), or answers `Busy` (that caller came back for it and is
+    /// serving it).
     fn wait_for_visitor(&self, class: usize, visitor: classes::Visitor) -> Taken {
         crate::sync::spin(OWNED_WAIT_HINTS);
+        // A read first: a failed CAS would take the line from the owner, which is using it.
+        if !self.classes.still_there(class, visitor) {
+            return Taken::Busy;
+        }
         match self.classes.steal(class, visitor) {
             Some((t, new_visit)) => Taken::Tenant(t, new_visit),
             None => Taken::Busy,
