@@ -200,8 +200,9 @@ pub enum NextGrant {
     Granted(Grant),
     /// A queued request whose budget ran out: answer it with its refusal (`deadline_exceeded`).
     Expired(Expired),
-    /// Nothing is ready for this caller: no queued request is ready, or the only ready tenant
-    /// is being served by another caller, which goes on granting it.
+    /// Nothing is ready for this caller: no queued request is ready, or the tenant whose turn
+    /// it is (the only one ready, or the one taking most of the grants) is being served by
+    /// another caller, which goes on granting it.
     Empty,
     /// `max_in_flight` grants are out.
     AtCapacity,

@@ -578,8 +578,8 @@ pub unsafe extern "C" fn fairq_next_grant(
 /// `fairq_complete` (or `fairq_cancel`). `FAIRQ_EXPIRED`: `*grant` is a queued request whose
 /// budget ran out (reason `FAIRQ_REASON_DEADLINE_EXCEEDED`, with its `user_data`); answer it,
 /// its ticket has ended. `FAIRQ_EMPTY`: nothing ready for this caller (nothing queued is ready,
-/// or the only ready tenant is being served by a caller on another thread, which goes on
-/// calling). `FAIRQ_AT_CAPACITY`: `max_in_flight` grants are out. Call it until `FAIRQ_EMPTY` or
+/// or the tenant whose turn it is, the only one ready or the one taking most of the grants, is
+/// being served by a caller on another thread, which goes on calling). `FAIRQ_AT_CAPACITY`: `max_in_flight` grants are out. Call it until `FAIRQ_EMPTY` or
 /// `FAIRQ_AT_CAPACITY` after every enqueue and complete, and when `fairq_next_wakeup_ns` passes.
 ///
 /// # Safety
