@@ -117,7 +117,7 @@ pub fn measure(
                                 cycles += 1;
                             }
                             NextGrant::Expired(e) => return Err(format!("expired: {e:?}")),
-                            // The other thread holds the only ready tenant for a moment.
+                            // The other thread is serving the tenant whose turn it is.
                             NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
                         }
                     }
