@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use common::*;
-use fairq::{Completion, Config, Enqueued, Error, NextGrant, Outcome, Reason};
+use fairq::{Completion, Config, Enqueued, Error, NextGrant, Outcome, Reason, Request};
 
 fn small(tenant_queue_capacity: u32, queue_capacity: u32, max_in_flight: u32) -> fairq::Engine {
     engine(Config {
@@ -442,6 +442,69 @@ fn a_tenant_left_with_an_idle_caller_is_served_by_the_next() {
             drain(&engine, 3, 10),
             Drained {
                 completed: 2 + u64::from(light),
+                expired: 0
+            },
+            "round {round}"
+        );
+        done.wait();
+        first.join().unwrap();
+        let stats = engine.stats();
+        assert_eq!((stats.queued, stats.in_flight), (0, 0), "round {round}");
+    }
+}
+
+/// A tenant whose visit continues (its credit covers its next head) waits for the caller that
+/// served it, but does not hold up the rest of its class: a caller on another thread serves the
+/// ring's next tenant at once, and everything is drained.
+#[test]
+fn a_continuing_visit_left_with_another_caller_does_not_hold_up_its_class() {
+    for round in 0..20 {
+        let engine = Arc::new(small(8, 64, 8));
+        // A cost-8 head raises the class quantum to 8: later visits cover eight cost-1 grants.
+        queued(
+            &engine,
+            &Request {
+                cost: 8,
+                ..request("z")
+            },
+            0,
+        );
+        for _ in 0..4 {
+            queued(&engine, &request("a"), 0);
+        }
+        for _ in 0..4 {
+            queued(&engine, &request("b"), 0);
+        }
+        let z = granted(&engine, 1);
+        assert_eq!(z.tenant, key("z"), "round {round}");
+        engine
+            .complete_at(z.ticket, Outcome::Admitted, None, 1)
+            .unwrap();
+        let served = Arc::new(Barrier::new(2));
+        let done = Arc::new(Barrier::new(2));
+        let first = {
+            let (engine, served, done) = (Arc::clone(&engine), Arc::clone(&served), done.clone());
+            std::thread::spawn(move || {
+                // Tenant a's visit starts with credit for eight and goes on after this grant.
+                let g = granted(&engine, 2);
+                assert_eq!(g.tenant, key("a"));
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 2)
+                    .unwrap();
+                served.wait();
+                done.wait();
+            })
+        };
+        served.wait();
+        let g = granted(&engine, 3);
+        assert_eq!(g.tenant, key("b"), "round {round}: a's visit held up b");
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 3)
+            .unwrap();
+        assert_eq!(
+            drain(&engine, 4, 20),
+            Drained {
+                completed: 6,
                 expired: 0
             },
             "round {round}"

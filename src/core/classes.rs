@@ -832,16 +832,20 @@ impl Classes {
 
     /// Takes the next tenant to serve from `class`: the continuing visitor, else the first one
     /// (a new visit), else the ring head, starting a new visit. A visitor that another caller
-    /// put there is left to the taker's caller to decide on (`Take::Owned`; see `steal`).
+    /// put there is passed over for the rest (its caller is likely to come back for it), and
+    /// when nothing else is there, left to the taker's caller to decide on (`Take::Owned`; see
+    /// `steal`).
     pub(crate) fn take(&self, class: usize) -> Take {
         let class = &self.classes[class];
+        let mut owned = None;
         for slot in &*class.visiting {
             // Relaxed peek: the CAS below takes it with Acquire.
             let mut word = slot.load(Ordering::Relaxed);
             while word != NO_VISITOR {
                 let visitor = Visitor(word);
                 if visitor.owned_by_other(owner_tag()) {
-                    return Take::Owned(visitor);
+                    owned = owned.or(Some(visitor));
+                    break;
                 }
                 // Acquire: pairs with the Release in `put_back`; the holder's slot writes are
                 // ours. A lost CAS means another caller took it: the next load reads
@@ -853,9 +857,10 @@ impl Classes {
             }
         }
         // A push still being written reads as empty: `take_tenant` spins briefly and comes back.
-        match class.ring.try_pop() {
-            Some(t) => Take::Tenant(t, true),
-            None => Take::Empty,
+        match (class.ring.try_pop(), owned) {
+            (Some(t), _) => Take::Tenant(t, true),
+            (None, Some(visitor)) => Take::Owned(visitor),
+            (None, None) => Take::Empty,
         }
     }
 
