@@ -399,6 +399,54 @@ fn a_tenant_handed_between_callers_loses_no_request() {
     );
 }
 
+/// Runs `then` on this thread while a caller on another thread, having taken one grant (which
+/// must be for `first_tenant`, when given) and completed it, sits idle, still alive (its
+/// statistics row stays its own). Then drains the rest at `now + 2` and checks that `completed`
+/// more ended and nothing is left.
+fn beside_an_idle_caller(
+    engine: &Arc<fairq::Engine>,
+    now: u64,
+    first_tenant: Option<&str>,
+    then: impl FnOnce() -> fairq::Grant,
+    completed: u64,
+    round: u32,
+) {
+    let served = Arc::new(Barrier::new(2));
+    let done = Arc::new(Barrier::new(2));
+    let first = {
+        let (engine, served, done) = (Arc::clone(engine), Arc::clone(&served), done.clone());
+        let expected = first_tenant.map(key);
+        std::thread::spawn(move || {
+            let g = granted(&engine, now);
+            if let Some(expected) = expected {
+                assert_eq!(g.tenant, expected);
+            }
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, now)
+                .unwrap();
+            served.wait();
+            done.wait();
+        })
+    };
+    served.wait();
+    let g = then();
+    engine
+        .complete_at(g.ticket, Outcome::Admitted, None, now + 1)
+        .unwrap();
+    assert_eq!(
+        drain(engine, now + 2, 20),
+        Drained {
+            completed,
+            expired: 0
+        },
+        "round {round}"
+    );
+    done.wait();
+    first.join().unwrap();
+    let stats = engine.stats();
+    assert_eq!((stats.queued, stats.in_flight), (0, 0), "round {round}");
+}
+
 /// A caller that just served a class's only ready tenant keeps it within reach: another caller
 /// leaves it alone while that caller keeps coming back for it (when it is the only tenant, and
 /// when its class holds most of the weight beside a light tenant). A caller that went idle must
@@ -416,40 +464,11 @@ fn a_tenant_left_with_an_idle_caller_is_served_by_the_next() {
         for _ in 0..4 {
             queued(&engine, &request("a"), 0);
         }
-        let served = Arc::new(Barrier::new(2));
-        let done = Arc::new(Barrier::new(2));
-        let first = {
-            let (engine, served, done) = (Arc::clone(&engine), Arc::clone(&served), done.clone());
-            std::thread::spawn(move || {
-                let g = granted(&engine, 1);
-                engine
-                    .complete_at(g.ticket, Outcome::Admitted, None, 1)
-                    .unwrap();
-                // Idle from here on, still alive (its statistics row stays its own).
-                served.wait();
-                done.wait();
-            })
-        };
-        served.wait();
-        let g = match engine.next_grant_at(2) {
+        let next = || match engine.next_grant_at(2) {
             NextGrant::Granted(g) => g,
             other => panic!("round {round}: the idle caller's tenant was not served: {other:?}"),
         };
-        engine
-            .complete_at(g.ticket, Outcome::Admitted, None, 2)
-            .unwrap();
-        assert_eq!(
-            drain(&engine, 3, 10),
-            Drained {
-                completed: 2 + u64::from(light),
-                expired: 0
-            },
-            "round {round}"
-        );
-        done.wait();
-        first.join().unwrap();
-        let stats = engine.stats();
-        assert_eq!((stats.queued, stats.in_flight), (0, 0), "round {round}");
+        beside_an_idle_caller(&engine, 1, None, next, 2 + u64::from(light), round);
     }
 }
 
@@ -480,38 +499,12 @@ fn a_continuing_visit_left_with_another_caller_does_not_hold_up_its_class() {
         engine
             .complete_at(z.ticket, Outcome::Admitted, None, 1)
             .unwrap();
-        let served = Arc::new(Barrier::new(2));
-        let done = Arc::new(Barrier::new(2));
-        let first = {
-            let (engine, served, done) = (Arc::clone(&engine), Arc::clone(&served), done.clone());
-            std::thread::spawn(move || {
-                // Tenant a's visit starts with credit for eight and goes on after this grant.
-                let g = granted(&engine, 2);
-                assert_eq!(g.tenant, key("a"));
-                engine
-                    .complete_at(g.ticket, Outcome::Admitted, None, 2)
-                    .unwrap();
-                served.wait();
-                done.wait();
-            })
+        // Tenant a's visit starts with credit for eight and goes on after the idle caller's grant.
+        let next = || {
+            let g = granted(&engine, 3);
+            assert_eq!(g.tenant, key("b"), "round {round}: a's visit held up b");
+            g
         };
-        served.wait();
-        let g = granted(&engine, 3);
-        assert_eq!(g.tenant, key("b"), "round {round}: a's visit held up b");
-        engine
-            .complete_at(g.ticket, Outcome::Admitted, None, 3)
-            .unwrap();
-        assert_eq!(
-            drain(&engine, 4, 20),
-            Drained {
-                completed: 6,
-                expired: 0
-            },
-            "round {round}"
-        );
-        done.wait();
-        first.join().unwrap();
-        let stats = engine.stats();
-        assert_eq!((stats.queued, stats.in_flight), (0, 0), "round {round}");
+        beside_an_idle_caller(&engine, 2, Some("a"), next, 6, round);
     }
 }
