@@ -1322,6 +1322,36 @@ mod loom_models {
         });
     }
 
+    /// A tenant whose visit continues, put back by its holder, does not hold up the class: a
+    /// caller on another thread takes the ring's next tenant instead, whether it comes before
+    /// or after the put-back, and the holder takes its own tenant back.
+    #[test]
+    fn a_continuing_visitor_lets_the_ring_go_first() {
+        loom::model(|| {
+            crate::core::tally::row();
+            let classes = Arc::new(Classes::new(1, 4));
+            let tenants = Arc::new(TenantTable::new(2, 2, 0));
+            let class = classes.ensure(1).expect("a class");
+            classes.make_ready(class, 0, tenants.slot(0), false);
+            classes.make_ready(class, 1, tenants.slot(1), false);
+            assert!(matches!(classes.take(0), Take::Tenant(0, true)));
+            let other = {
+                let classes = Arc::clone(&classes);
+                thread::spawn(move || {
+                    crate::core::tally::row();
+                    match classes.take(0) {
+                        Take::Tenant(t, _) => Some(t),
+                        Take::Owned(_) | Take::Empty => None,
+                    }
+                })
+            };
+            classes.put_back(class, 0, true, tenants.slot(0));
+            let mine = matches!(classes.take(0), Take::Tenant(0, false));
+            assert_eq!(other.join().unwrap(), Some(1), "the ring's tenant waited");
+            assert!(mine, "the holder did not get its continuing tenant back");
+        });
+    }
+
     /// A steal with a Relaxed CAS: the holder's slot write may be missed.
     #[cfg(fairq_broken)]
     #[test]
