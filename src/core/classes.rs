@@ -23,10 +23,11 @@
 //!
 //! A class's only ready tenant waits in a slot ahead of its ring (behind a tenant whose visit
 //! continues, so single-threaded the order is the ring's), tagged with the caller that put it
-//! there (`Visitor`). While its class holds most of the ready weight, a caller on
-//! another thread leaves it to that caller for a short wait and answers `Empty` if that caller
-//! came back for it; it takes it if it stayed put. So one hot tenant is served by one caller at a time, its
-//! lines staying in that caller's cache, instead of changing cores on every grant.
+//! there (`Visitor`). While its class holds most of the ready weight, a caller on another thread
+//! leaves it to that caller for a short wait and answers `Empty` if that caller came back for it;
+//! it takes it if it stayed put. So one hot tenant is served by one caller at a time, its lines
+//! staying in that caller's cache, instead of changing cores on every grant. Such a visitor never
+//! holds up the class's ring: a caller passes over it to the ring's next tenant.
 //!
 //! # Batched picks
 //! A pick that adds every ready class's gain costs one RMW per class, on lines every granter
