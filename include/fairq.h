@@ -767,8 +767,9 @@ int32_t fairq_next_grant(const struct fairq_engine *engine, struct fairq_grant *
 // budget ran out (reason `FAIRQ_REASON_DEADLINE_EXCEEDED`, with its `user_data`); answer it,
 // its ticket has ended. `FAIRQ_EMPTY`: nothing ready for this caller (nothing queued is ready,
 // or the tenant whose turn it is, the only one ready or the one taking most of the grants, is
-// being served by a caller on another thread, which goes on calling). `FAIRQ_AT_CAPACITY`: `max_in_flight` grants are out. Call it until `FAIRQ_EMPTY` or
-// `FAIRQ_AT_CAPACITY` after every enqueue and complete, and when `fairq_next_wakeup_ns` passes.
+// being served by a caller on another thread, which goes on calling). `FAIRQ_AT_CAPACITY`:
+// `max_in_flight` grants are out. Call it until `FAIRQ_EMPTY` or `FAIRQ_AT_CAPACITY` after
+// every enqueue and complete, and when `fairq_next_wakeup_ns` passes.
 //
 // # Safety
 // `engine` must be NULL or a live engine; `grant` must be writable.

@@ -866,8 +866,13 @@ impl Classes {
     }
 
     /// Takes `visitor` from `class` if it is still there, unchanged: its owner did not come back
-    /// for it.
+    /// for it. Reads the slot first: a failed CAS would take the line from an owner using it.
     pub(crate) fn steal(&self, class: usize, visitor: Visitor) -> Option<(u32, bool)> {
+        let slot = &self.classes[class].visiting[visitor.slot()];
+        // Relaxed: a pre-check; the CAS below decides.
+        if slot.load(Ordering::Relaxed) != visitor.0 {
+            return None;
+        }
         // Acquire: pairs with the Release in `put_back`, as in `take`.
         #[allow(unused_mut)]
         let mut order = Ordering::AcqRel;
@@ -876,16 +881,9 @@ impl Classes {
             // Broken on purpose: the putter's slot writes are not ordered before ours.
             order = Ordering::Relaxed;
         }
-        self.classes[class].visiting[visitor.slot()]
-            .compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
+        slot.compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
             .ok()
             .map(|_| (visitor.tenant(), visitor.new_visit()))
-    }
-
-    /// Whether `visitor` still waits in `class`, unchanged (a read: no line taken from its owner).
-    pub(crate) fn still_there(&self, class: usize, visitor: Visitor) -> bool {
-        // Relaxed: a hint; taking it is `steal`'s CAS.
-        self.classes[class].visiting[visitor.slot()].load(Ordering::Relaxed) == visitor.0
     }
 
     /// Records `tenant` as the last granted in `class`; returns the one before (a hint).
@@ -1280,20 +1278,28 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// One class (weight 1) with tenants `0..count` ready, after this thread claimed its
+    /// statistics row: a claim later on would order the model's threads through the row
+    /// bitmap, not through the class. The first tenant is taken (held by this thread).
+    fn one_class_holding_the_first(count: usize) -> (Arc<Classes>, Arc<TenantTable>, u32) {
+        crate::core::tally::row();
+        let classes = Arc::new(Classes::new(1, 2 * count));
+        let tenants = Arc::new(TenantTable::new(count, 2, 0));
+        let class = classes.ensure(1).expect("a class");
+        for t in 0..count {
+            classes.make_ready(class, t as u32, tenants.slot(t as u32), false);
+        }
+        assert!(matches!(classes.take(0), Take::Tenant(0, true)));
+        (classes, tenants, class)
+    }
+
     /// The holder of a class's only ready tenant writes its slot and puts it back as the
     /// visitor, then takes it again, while another caller (another statistics row) finds it
     /// and takes it over: exactly one of them gets it, and a taker sees the holder's writes.
     #[test]
     fn an_owned_visitor_is_taken_once() {
         loom::model(|| {
-            // Each caller claims its statistics row first: a claim later on would order the
-            // two threads through the row bitmap, not through the visitor slot.
-            crate::core::tally::row();
-            let classes = Arc::new(Classes::new(1, 2));
-            let tenants = Arc::new(TenantTable::new(1, 2, 0));
-            let class = classes.ensure(1).expect("a class");
-            classes.make_ready(class, 0, tenants.slot(0), false);
-            assert!(matches!(classes.take(0), Take::Tenant(0, true)));
+            let (classes, tenants, class) = one_class_holding_the_first(1);
             let other = {
                 let (classes, tenants) = (Arc::clone(&classes), Arc::clone(&tenants));
                 thread::spawn(move || {
@@ -1329,13 +1335,7 @@ mod loom_models {
     #[test]
     fn a_continuing_visitor_lets_the_ring_go_first() {
         loom::model(|| {
-            crate::core::tally::row();
-            let classes = Arc::new(Classes::new(1, 4));
-            let tenants = Arc::new(TenantTable::new(2, 2, 0));
-            let class = classes.ensure(1).expect("a class");
-            classes.make_ready(class, 0, tenants.slot(0), false);
-            classes.make_ready(class, 1, tenants.slot(1), false);
-            assert!(matches!(classes.take(0), Take::Tenant(0, true)));
+            let (classes, tenants, class) = one_class_holding_the_first(2);
             let other = {
                 let classes = Arc::clone(&classes);
                 thread::spawn(move || {

@@ -761,9 +761,15 @@ impl<H: Hooks> Core<H> {
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
             // head (a spent visit passes the pick on, as DRR does, instead of refunding it).
+            // A visitor another caller left is left to it when its class holds most of the
+            // pick's weight: most picks of every caller land on it, and taking it would only
+            // pass its turn back and forth. A caller waits holding nothing, and only one class
+            // holds a majority of a pick, so callers seldom wait on each other's tenants, and
+            // then for one bounded wait.
+            let leave_to_owner = 2 * weights.get(class).copied().unwrap_or(0) > total;
             let mut spent = 0;
             let served = loop {
-                let (t, new_visit) = match self.take_tenant(class, &weights) {
+                let (t, new_visit) = match self.take_tenant(class, leave_to_owner) {
                     Taken::Tenant(t, new_visit) => (t, new_visit),
                     Taken::Held => break None,
                     Taken::Busy => {
@@ -883,21 +889,15 @@ impl<H: Hooks> Core<H> {
     /// ready tenants, another granter holds them for a few dozen ns: spin briefly (never yield,
     /// never sleep) rather than serve another class out of turn, which would skew shares when
     /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
-    /// A visitor another caller put back, in a class holding most of the pick's weight, is left
-    /// to it while that caller keeps taking it again (`Taken::Busy`), and taken once it has
-    /// stayed put for `OWNED_WAIT_HINTS`; in another class it is taken at once.
-    fn take_tenant(&self, class: usize, weights: &ClassWeights) -> Taken {
+    /// A visitor another caller put back is, with `leave_to_owner`, left to it while that caller
+    /// keeps taking it again (`Taken::Busy`), and taken once it has stayed put for
+    /// `OWNED_WAIT_HINTS`; without, it is taken at once.
+    fn take_tenant(&self, class: usize, leave_to_owner: bool) -> Taken {
         for round in 0..=HOLD_SPIN_ROUNDS {
             match self.classes.take(class) {
                 Take::Tenant(t, new_visit) => return Taken::Tenant(t, new_visit),
                 Take::Owned(visitor) => {
-                    // Left to its owner only when its class holds most of the pick's weight:
-                    // then most picks on every caller land on it, and taking it would only pass
-                    // its turn back and forth. A caller waits holding nothing, and only one
-                    // class holds a majority of a pick, so callers seldom wait on each other's
-                    // tenants, and then for one bounded wait.
-                    let total: i64 = weights.iter().sum();
-                    if 2 * weights.get(class).copied().unwrap_or(0) > total {
+                    if leave_to_owner {
                         return self.wait_for_visitor(class, visitor);
                     }
                     if let Some((t, new_visit)) = self.classes.steal(class, visitor) {
@@ -921,10 +921,6 @@ impl<H: Hooks> Core<H> {
     /// serving it).
     fn wait_for_visitor(&self, class: usize, visitor: classes::Visitor) -> Taken {
         crate::sync::spin(OWNED_WAIT_HINTS);
-        // A read first: a failed CAS would take the line from the owner, which is using it.
-        if !self.classes.still_there(class, visitor) {
-            return Taken::Busy;
-        }
         match self.classes.steal(class, visitor) {
             Some((t, new_visit)) => Taken::Tenant(t, new_visit),
             None => Taken::Busy,
