@@ -16,7 +16,8 @@
 //! `--hot` measures the hot-tenant cases instead: one tenant, and two of weights 8 and 1, each
 //! with a shallow queue (`workload::backlog`), on 1 and 2 threads; the table gives each
 //! contender's aggregate rate and the 2-thread/1-thread ratio (`--json`: rows with
-//! `"tenants": "1 tenant"` or `"2 tenants 8:1"`).
+//! `"tenants": "1 tenant"` or `"2 tenants 8:1"`). The one- and two-thread repetitions alternate,
+//! so a change in the host's speed during the run moves both figures of the ratio alike.
 
 #[path = "../benches/workload/mod.rs"]
 mod workload;
@@ -113,7 +114,17 @@ fn measure<C: Contender>(tenants: usize, threads: usize, options: &Options) -> f
 }
 
 fn timed<C: Contender>(prepared: &Prepared<C>, threads: usize, options: &Options) -> f64 {
-    // Calibrate (this also warms caches and the branch predictors): grow until ≥ 2 ms.
+    let cycles = calibrate(prepared, threads, options);
+    median(
+        (0..options.reps)
+            .map(|_| sample(prepared, cycles))
+            .collect(),
+    )
+}
+
+/// Cycles per repetition of about `options.rep`, from a calibration run that grows until it
+/// takes at least 2 ms (it also warms the caches and the branch predictors).
+fn calibrate<C: Contender>(prepared: &Prepared<C>, threads: usize, options: &Options) -> u64 {
     let mut cycles = 64u64;
     let per_cycle = loop {
         let took = prepared.time(cycles);
@@ -122,46 +133,43 @@ fn timed<C: Contender>(prepared: &Prepared<C>, threads: usize, options: &Options
         }
         cycles *= 4;
     };
-    let cycles = ((options.rep.as_secs_f64() / per_cycle) as u64).max(threads as u64);
-    let mut samples: Vec<f64> = (0..options.reps)
-        .map(|_| {
-            let took = prepared.time(cycles);
-            took.as_nanos() as f64 / prepared.cycles_for(cycles) as f64
-        })
-        .collect();
+    ((options.rep.as_secs_f64() / per_cycle) as u64).max(threads as u64)
+}
+
+/// One timed repetition: ns per cycle.
+fn sample<C: Contender>(prepared: &Prepared<C>, cycles: u64) -> f64 {
+    let took = prepared.time(cycles);
+    took.as_nanos() as f64 / prepared.cycles_for(cycles) as f64
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
 }
 
-/// One contender on the given tenants (the hot cases), by name.
-fn measure_named(name: &str, tenants: &[(u64, u32)], threads: usize, options: &Options) -> f64 {
-    let t = tenants.to_vec();
+/// One contender on one and on two threads over `tenants`, their repetitions alternated, so
+/// that a change in the host's speed during the run moves both figures of the ratio alike:
+/// median ns per cycle of each.
+fn one_and_two<C: Contender>(tenants: &[(u64, u32)], options: &Options) -> (f64, f64) {
+    let one = Prepared::<C>::with_tenants(tenants.to_vec(), 1);
+    let two = Prepared::<C>::with_tenants(tenants.to_vec(), 2);
+    let (cycles_one, cycles_two) = (calibrate(&one, 1, options), calibrate(&two, 2, options));
+    let (mut samples_one, mut samples_two) = (Vec::new(), Vec::new());
+    for _ in 0..options.reps {
+        samples_one.push(sample(&one, cycles_one));
+        samples_two.push(sample(&two, cycles_two));
+    }
+    (median(samples_one), median(samples_two))
+}
+
+/// `one_and_two` for the contender called `name`.
+fn one_and_two_named(name: &str, tenants: &[(u64, u32)], options: &Options) -> (f64, f64) {
     match name {
-        "fairq" => timed(
-            &Prepared::<Fairq>::with_tenants(t, threads),
-            threads,
-            options,
-        ),
-        "fairq_lean" => timed(
-            &Prepared::<FairqLean>::with_tenants(t, threads),
-            threads,
-            options,
-        ),
-        "floor" => timed(
-            &Prepared::<Floor>::with_tenants(t, threads),
-            threads,
-            options,
-        ),
-        "mutex_swrr" => timed(
-            &Prepared::<MutexSwrr>::with_tenants(t, threads),
-            threads,
-            options,
-        ),
-        _ => timed(
-            &Prepared::<FirqCore>::with_tenants(t, threads),
-            threads,
-            options,
-        ),
+        "fairq" => one_and_two::<Fairq>(tenants, options),
+        "fairq_lean" => one_and_two::<FairqLean>(tenants, options),
+        "floor" => one_and_two::<Floor>(tenants, options),
+        "mutex_swrr" => one_and_two::<MutexSwrr>(tenants, options),
+        _ => one_and_two::<FirqCore>(tenants, options),
     }
 }
 
@@ -180,8 +188,7 @@ fn hot(options: &Options) {
             if !options.impls.iter().any(|i| i == name) {
                 continue;
             }
-            let one = measure_named(name, &tenants, 1, options);
-            let two = measure_named(name, &tenants, 2, options);
+            let (one, two) = one_and_two_named(name, &tenants, options);
             if options.json {
                 for (threads, ns) in [(1, one), (2, two)] {
                     json.push(format!(

@@ -9,6 +9,7 @@
 //! The hot-tenant cases (one tenant; two of weights 8 and 1) have two requests queued per
 //! tenant (`--hot-depth` changes it), so with two threads one of them often finds the only ready
 //! tenant held by the other: that caller must get `Empty` at once and cost the holder nothing.
+//! One and two threads take turns over `HOT_ROUNDS` rounds, and the table gives the medians.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -72,6 +73,32 @@ fn engine(
         }
     }
     Ok((engine, keys))
+}
+
+/// Rounds of the hot-tenant table: one and two threads take turns, each for a fifth of the time.
+pub const HOT_ROUNDS: u32 = 5;
+
+/// One and two threads over `tenants` (weighted by `weights`, `depth` queued each), in
+/// `HOT_ROUNDS` alternated rounds sharing `run`, so that a change in the host's speed during the
+/// run moves both figures of the ratio alike: the median grants per second of each.
+pub fn one_and_two(
+    tenants: u32,
+    weights: &[u32],
+    depth: u32,
+    run: Duration,
+) -> Result<(f64, f64), String> {
+    let round = run / HOT_ROUNDS;
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for _ in 0..HOT_ROUNDS {
+        one.push(measure(1, tenants, weights, depth, round)?.grants_per_s);
+        two.push(measure(2, tenants, weights, depth, round)?.grants_per_s);
+    }
+    Ok((median(one), median(two)))
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
 
 /// Measures `threads` threads over `tenants` backlogged tenants, weighted by `weights` cycled,
