@@ -62,12 +62,21 @@ fi
 export FAIRQ_INCLUDE="$root/include" FAIRQ_LIB FAIRQ_FLEET
 cd "$src"
 echo "nginx $(sed -n 's/^#define NGINX_VERSION *"\(.*\)"/\1/p' src/core/nginx.h) from $src" >&2
-./configure --with-compat --add-dynamic-module="$here" --builddir="$BUILD_DIR/objs" "$@" \
+# The build folder and the module, relative to the source tree: nginx's configure rewrites every
+# `X.S` in an object's path as an assembly source's object, so an absolute path with ".S" in it
+# (a temporary folder such as /tmp/tmp.Sx3...) yields a Makefile with broken targets.
+objs=$(realpath -m --relative-to="$src" "$BUILD_DIR/objs")
+module=$(realpath -m --relative-to="$src" "$here")
+case "$objs $module" in
+    *.S*) echo "build-from-source.sh: nginx's configure cannot use $objs or $module (\".S\" in" \
+        "a path): choose another BUILD_DIR, or move the trees" >&2; exit 2;;
+esac
+./configure --with-compat --add-dynamic-module="$module" --builddir="$objs" "$@" \
     >"$BUILD_DIR/configure.log" 2>&1 \
     || { tail -30 "$BUILD_DIR/configure.log" >&2; exit 1; }
 goal=build
 [ "$MODULES_ONLY" = 1 ] && goal=modules
-make -j"$JOBS" -f "$BUILD_DIR/objs/Makefile" "$goal" >"$BUILD_DIR/make.log" 2>&1 \
+make -j"$JOBS" -f "$objs/Makefile" "$goal" >"$BUILD_DIR/make.log" 2>&1 \
     || { tail -40 "$BUILD_DIR/make.log" >&2; exit 1; }
 grep -i "warning" "$BUILD_DIR/make.log" >&2 || true
 
