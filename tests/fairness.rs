@@ -123,6 +123,111 @@ fn window_weights_8_4_2_1() {
     check_windows(&[8, 4, 2, 1], 20);
 }
 
+/// One request per tenant, sent again right after its grant: each grant makes the tenant idle
+/// and ready again before the next pick, so its class leaves the ready set and comes back (the
+/// precomputed picks are dropped, or resumed when every class's gain is back as it was), and
+/// the light-tenant lane may serve it on its return. Each tenant's count stays within a few
+/// grants of its weighted share at every window boundary, over the whole run.
+fn check_shares_one_request_each(weights: &[u32], windows: u64) {
+    let engine = engine(Config {
+        max_tenants: weights.len() as u32,
+        tenant_queue_capacity: 4,
+        queue_capacity: 4 * weights.len() as u32,
+        max_in_flight: 1,
+        ..Config::default()
+    });
+    let keys: Vec<TenantKey> = (0..weights.len())
+        .map(|i| TenantKey::from_raw(format!("tenant-{i}").as_bytes()))
+        .collect();
+    for (k, &w) in keys.iter().zip(weights) {
+        engine.set_weight_key(*k, w).unwrap();
+        queued(&engine, &Request::new(*k, Dimension::User), 0);
+    }
+    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+    let mut got = vec![0u64; weights.len()];
+    for window in 1..=windows {
+        for _ in 0..total {
+            let g = granted(&engine, 1);
+            got[keys.iter().position(|k| *k == g.tenant).unwrap()] += 1;
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, 1)
+                .unwrap();
+            queued(&engine, &Request::new(g.tenant, Dimension::User), 1);
+        }
+        for (i, &w) in weights.iter().enumerate() {
+            let due = window * u64::from(w);
+            assert!(
+                got[i].abs_diff(due) <= 4,
+                "after {window} windows of weights {weights:?}: tenant {i} got {}, due {due}",
+                got[i]
+            );
+        }
+    }
+}
+
+/// A class that comes back to the ready set while a batch of precomputed picks made without it
+/// is still current must not wait for that batch to run out: with three classes of equal
+/// weight (the light-tenant lane off, so only the rotation serves it), a tenant that goes idle
+/// for two grants at a time is served within three picks of each return.
+#[test]
+fn a_returning_class_is_not_held_behind_a_batch() {
+    let engine = engine(Config {
+        max_tenants: 4,
+        tenant_queue_capacity: 4,
+        queue_capacity: 16,
+        max_in_flight: 1,
+        light_lane: false,
+        ..Config::default()
+    });
+    let steady = [key("steady-a"), key("steady-b")];
+    let returning = key("returning");
+    engine.set_weight_key(steady[1], 2).unwrap();
+    engine.set_weight_key(returning, 3).unwrap();
+    for k in steady {
+        for _ in 0..2 {
+            queued(&engine, &Request::new(k, Dimension::User), 0);
+        }
+    }
+    queued(&engine, &Request::new(returning, Dimension::User), 0);
+    let (mut away, mut waited, mut served) = (None, 0u32, 0u32);
+    for _ in 0..30_000 {
+        let g = granted(&engine, 1);
+        engine
+            .complete_at(g.ticket, Outcome::Admitted, None, 1)
+            .unwrap();
+        if g.tenant == returning {
+            assert!(waited <= 3, "served {waited} picks after it came back");
+            served += 1;
+            away = Some(0);
+        } else {
+            queued(&engine, &Request::new(g.tenant, Dimension::User), 1);
+            waited += 1;
+        }
+        match away {
+            Some(2) => {
+                queued(&engine, &Request::new(returning, Dimension::User), 1);
+                (away, waited) = (None, 0);
+            }
+            Some(n) => away = Some(n + 1),
+            None => {}
+        }
+    }
+    assert!(
+        served > 4_000,
+        "the returning tenant was served {served} times"
+    );
+}
+
+#[test]
+fn shares_8_1_one_request_each() {
+    check_shares_one_request_each(&[8, 1], 2_000);
+}
+
+#[test]
+fn shares_8_4_2_1_one_request_each() {
+    check_shares_one_request_each(&[8, 4, 2, 1], 1_000);
+}
+
 #[test]
 fn window_1000_tenants_mixed_weights() {
     // A fixed pseudo-random mix of tiers.

@@ -37,7 +37,10 @@
 //! each later pick takes the next entry with one `fetch_add` on the batch cursor. Single-threaded
 //! with constant gains, the sequence is exactly the step-by-step one. A batch is dropped when a
 //! class becomes ready or idle, or its extra weight changes (`epoch`); a change in a class's ready count
-//! alone leaves it at most `BATCH` picks stale. The next batch's computer first closes the cursor
+//! alone leaves it at most `BATCH` picks stale. When only the ready set changed and every gain is
+//! back to the batch's (a light tenant went idle and came back between two picks), the next
+//! computer resumes the batch instead: its remaining picks are exactly what a new batch would
+//! compute from the refunded credits. Otherwise the next batch's computer first closes the cursor
 //! on the old one (a swap, which also says how many of its picks were claimed) and refunds the
 //! unclaimed picks, so dropping a batch costs no class its service. A batch rewritten while being
 //! read is detected by its sequence word (a seqlock), and the reader falls back to a single step.
@@ -211,7 +214,8 @@ pub(crate) struct Classes {
     start: AtomicU32,
     /// Classes that are never freed (the default weight, tiers): one bit each. Admin lock only.
     pinned: AtomicU64,
-    /// Bumped when a class becomes ready or idle, or its extra weight changes: drops the batch.
+    /// Bumped when a class becomes ready or idle (by 1), or when credits or gains change
+    /// otherwise (by `HARD_EPOCH`): drops the batch. Only the first kind can be resumed.
     epoch: CachePadded<AtomicU64>,
     /// Precomputed picks (module docs).
     schedule: Schedule,
@@ -257,6 +261,9 @@ pub fn with_batched_picks<R>(f: impl FnOnce() -> R) -> R {
 const BATCH: usize = 64;
 #[cfg(loom)]
 const BATCH: usize = 3;
+
+/// The epoch's step for a change a batch cannot be resumed after (`Classes::epoch`).
+const HARD_EPOCH: u64 = 1 << 32;
 
 /// The low half of the cursor: the next pick's index.
 const INDEX_MASK: u64 = 0xFFFF_FFFF;
@@ -346,19 +353,41 @@ impl Classes {
         }
     }
 
-    /// A class became ready or idle, or its extra weight changed: the batch no longer applies.
+    /// Credits or gains changed (a charge, a first window, an extra weight, a freed class): the
+    /// batch no longer applies, and cannot be resumed.
     fn invalidate(&self) {
+        self.bump_epoch(HARD_EPOCH);
+    }
+
+    /// A class became ready or idle: the batch no longer applies, unless the gains come back to
+    /// its own before the next batch is computed (`resume_batch`).
+    fn ready_set_changed(&self) {
+        self.bump_epoch(1);
+    }
+
+    fn bump_epoch(&self, by: u64) {
         // Release: the ready-count change (or extra weight) made before this bump is visible to a batch
-        // computer that reads the new epoch (its Acquire load in `compute_batch`). Without it a
+        // computer that reads the new epoch (its Acquire load in `load_epoch`). Without it a
         // computer could record the new epoch with the old, empty ready set: a batch of length 0
         // that every later pick trusts, answering Empty for good. The bump carries liveness.
         #[cfg(fairq_broken)]
         if crate::broken::on(crate::broken::Break::Epoch) {
             // Broken on purpose: the bump as a mere hint.
-            self.epoch.fetch_add(1, Ordering::Relaxed);
+            self.epoch.fetch_add(by, Ordering::Relaxed);
             return;
         }
-        self.epoch.fetch_add(1, Ordering::Release);
+        self.epoch.fetch_add(by, Ordering::Release);
+    }
+
+    /// The epoch, for a batch computer about to read the ready counts. Acquire: pairs with the
+    /// Release bump in `bump_epoch`, so the ready counts read after it are at least as new as the
+    /// epoch the batch will carry.
+    fn load_epoch(&self) -> u64 {
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Epoch) {
+            return self.epoch.load(Ordering::Relaxed); // broken on purpose: see `bump_epoch`
+        }
+        self.epoch.load(Ordering::Acquire)
     }
 
     fn allocated(&self) -> usize {
@@ -539,7 +568,8 @@ impl Classes {
     }
 
     /// Pick `index` of `batch`, if the batch is generation `generation`'s, still applies, and was
-    /// not rewritten while read.
+    /// not rewritten while read. Inlined: it is most of a batched pick.
+    #[inline(always)]
     fn read_batch(
         &self,
         batch: &Batch,
@@ -578,6 +608,9 @@ impl Classes {
     /// next picks from a snapshot of the credits, charges their net effect, publishes them as the
     /// next generation and returns the first.
     fn compute_batch(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        if let Some(picked) = self.resume_batch(weights) {
+            return Some(picked);
+        }
         let schedule = &self.schedule;
         let allocated = self.allocated();
         // Close the current generation: claims from here on land in the next one, whose batch
@@ -590,9 +623,9 @@ impl Classes {
         let closed = schedule
             .cursor
             .swap((generation << 32) | CLOSED_INDEX, Ordering::AcqRel);
-        // Refund the old batch's unclaimed picks (each was charged when the batch was made), so
-        // a batch dropped early costs no class its service. Relaxed: we hold `computing`, the
-        // only writer of batches, and the Acquire above ordered its last writes.
+        // The old batch's unclaimed picks are refunded below (each was charged when the batch
+        // was made), so a batch dropped early costs no class its service. Relaxed: we hold
+        // `computing`, the only writer of batches, and the Acquire above ordered its last writes.
         let old = &schedule.batches[((closed >> 32) & 1) as usize];
         let old_len = if old.generation.load(Ordering::Relaxed) == closed >> 32 {
             old.len.load(Ordering::Relaxed)
@@ -600,36 +633,18 @@ impl Classes {
             0
         };
         let claimed = (closed & INDEX_MASK).min(u64::from(old_len)) as u32;
-        let mut refund = [0i64; CLASS_LIMIT];
-        if claimed < old_len {
-            let old_total = old.total.load(Ordering::Relaxed);
-            for pick in &old.picks[claimed as usize..old_len as usize] {
-                for (c, r) in refund[..allocated].iter_mut().enumerate() {
-                    *r -= old.gains[c].load(Ordering::Relaxed);
-                }
-                refund[pick.load(Ordering::Relaxed) as usize] += old_total;
-            }
-        }
-        // Acquire: pairs with the Release bump in `invalidate`, so the ready counts read below
-        // are at least as new as the epoch this batch will carry.
-        #[cfg(fairq_broken)]
-        let epoch = if crate::broken::on(crate::broken::Break::Epoch) {
-            self.epoch.load(Ordering::Relaxed) // broken on purpose: see `invalidate`
-        } else {
-            self.epoch.load(Ordering::Acquire)
-        };
-        #[cfg(not(fairq_broken))]
-        let epoch = self.epoch.load(Ordering::Acquire);
-        let mut start = [0i64; CLASS_LIMIT];
+        let epoch = self.load_epoch();
+        // Sized by the classes in use, not `CLASS_LIMIT`: no 64-wide zeroing or copy per batch.
+        let mut start = ClassWeights::new();
         let mut total = 0i64;
         weights.clear();
-        for (c, class) in self.classes[..allocated].iter().enumerate() {
+        for class in &self.classes[..allocated] {
             // Relaxed: a snapshot; the net change is applied with `fetch_add`, so concurrent
             // single steps and refunds are never lost.
             let ready = class.ready.load(Ordering::Relaxed);
             let gain = if ready > 0 { class.gain(ready) } else { 0 };
             weights.push(gain);
-            start[c] = class.current.load(Ordering::Relaxed);
+            start.push(class.current.load(Ordering::Relaxed));
             total += gain;
         }
         // Size: double after a batch that was used up, halve after one dropped early; an empty
@@ -650,9 +665,21 @@ impl Classes {
         let seq = batch.seq.load(Ordering::Relaxed).wrapping_add(1);
         batch.seq.store(seq, Ordering::Relaxed);
         fence(Ordering::Release);
-        let mut current = start;
-        for (c, r) in current[..allocated].iter_mut().zip(refund) {
-            *c += r;
+        // The refund: each unclaimed pick had every class gain its gain and the winner pay the
+        // total; undo both. Relaxed: as for the old batch's fields above (a different batch
+        // from the one being written).
+        let mut current = start.clone();
+        if claimed < old_len {
+            let unclaimed = i64::from(old_len - claimed);
+            for (c, credit) in current.iter_mut().enumerate() {
+                *credit -= unclaimed * old.gains[c].load(Ordering::Relaxed);
+            }
+            let old_total = old.total.load(Ordering::Relaxed);
+            for pick in &old.picks[claimed as usize..old_len as usize] {
+                if let Some(credit) = current.get_mut(pick.load(Ordering::Relaxed) as usize) {
+                    *credit += old_total;
+                }
+            }
         }
         // A class's credit is minus its lag times the total gain it was earned at (SWRR picks the
         // class most behind). An idle class's lag is forgiven: its credit goes to the ready
@@ -662,12 +689,7 @@ impl Classes {
         // units.
         if total > 0 {
             let earned_at = schedule.scale_total.load(Ordering::Relaxed);
-            settle(
-                &mut current[..allocated],
-                &weights[..allocated],
-                total,
-                earned_at,
-            );
+            settle(&mut current, &weights[..allocated], total, earned_at);
         }
         if total > 0 {
             schedule.scale_total.store(total, Ordering::Relaxed);
@@ -722,6 +744,43 @@ impl Classes {
         }
         let first = batch.picks[0].load(Ordering::Relaxed) as usize;
         Some((first, total))
+    }
+
+    /// Holding `computing`: when the current batch has picks left and was dropped only by
+    /// ready-set changes that left every gain as the batch recorded it, stamps it with the new
+    /// epoch and claims its next pick. Its remaining picks are what a new batch would compute:
+    /// SWRR from the same credits (the refunded ones) with the same gains. `None`: compute anew.
+    fn resume_batch(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        let schedule = &self.schedule;
+        // Relaxed: we hold `computing`, the only writer of the cursor's generation and of the
+        // batches, and its Acquire ordered the last computer's writes.
+        let word = schedule.cursor.load(Ordering::Relaxed);
+        let batch = &schedule.batches[((word >> 32) & 1) as usize];
+        let stamped = batch.epoch.load(Ordering::Relaxed);
+        if batch.generation.load(Ordering::Relaxed) != word >> 32
+            || word & INDEX_MASK >= u64::from(batch.len.load(Ordering::Relaxed))
+        {
+            return None;
+        }
+        let epoch = self.load_epoch();
+        if epoch == stamped || epoch / HARD_EPOCH != stamped / HARD_EPOCH {
+            return None;
+        }
+        for (class, gain) in self.classes[..self.allocated()].iter().zip(&batch.gains) {
+            // Relaxed: a snapshot, as in `compute_batch`.
+            let ready = class.ready.load(Ordering::Relaxed);
+            let now = if ready > 0 { class.gain(ready) } else { 0 };
+            if now != gain.load(Ordering::Relaxed) {
+                return None;
+            }
+        }
+        // Relaxed: only the stamp changes; the picks, gains and total it vouches for were
+        // published with the batch's sequence word, which readers Acquire.
+        batch.epoch.store(epoch, Ordering::Relaxed);
+        // Claim as `pick_batched` does; picks claimed by others meanwhile leave none (`None`).
+        let word = schedule.cursor.fetch_add(1, Ordering::Acquire);
+        let batch = &schedule.batches[((word >> 32) & 1) as usize];
+        self.read_batch(batch, word >> 32, (word & INDEX_MASK) as usize, weights)
     }
 
     /// One SWRR step over the classes with ready tenants, skipping `exclude`. Returns the winner
@@ -973,7 +1032,7 @@ impl Classes {
             // The class's credit is left as it is: with batched picks its lag was handed to the
             // ready classes when it went idle (`settle`), so it rejoins level; stepping singly it
             // keeps its lag. Either way no credit is lost or made up.
-            self.invalidate();
+            self.ready_set_changed();
         }
         slot.last_visit
             .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -1187,7 +1246,7 @@ impl Classes {
         let before = class.ready.fetch_sub(1, Ordering::Relaxed);
         debug_assert!(before > 0, "class ready count below zero");
         if before == 1 {
-            self.invalidate();
+            self.ready_set_changed();
         }
         let counted = slot.counted_factor.load(Ordering::Relaxed);
         if counted != FACTOR_ONE as u32 {
@@ -1224,6 +1283,10 @@ fn settle(current: &mut [i64], gains: &[i64], total: i64, earned_at: i64) {
         }
     }
     let rescale = earned_at > 0 && earned_at != total;
+    if idle == 0 && !rescale {
+        // No idle credit to hand over and the total unchanged: nothing moves.
+        return;
+    }
     let Some(last) = gains.iter().rposition(|&g| g != 0) else {
         return;
     };
