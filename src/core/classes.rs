@@ -39,8 +39,10 @@
 //! class becomes ready or idle, or its extra weight changes (`epoch`); a change in a class's ready count
 //! alone leaves it at most `BATCH` picks stale. When only the ready set changed and every gain is
 //! back to the batch's (a light tenant went idle and came back between two picks), the next
-//! computer resumes the batch instead: its remaining picks are exactly what a new batch would
-//! compute from the refunded credits. Otherwise the next batch's computer first closes the cursor
+//! computer resumes the batch instead: from the refunded credits and the same gains a new batch
+//! would compute the same picks, unless a refund or a single step moved a credit meanwhile, and
+//! the resumed batch leaves those to the next computation, as a batch never dropped does.
+//! Otherwise the next batch's computer first closes the cursor
 //! on the old one (a swap, which also says how many of its picks were claimed) and refunds the
 //! unclaimed picks, so dropping a batch costs no class its service. A batch rewritten while being
 //! read is detected by its sequence word (a seqlock), and the reader falls back to a single step.
@@ -748,8 +750,9 @@ impl Classes {
 
     /// Holding `computing`: when the current batch has picks left and was dropped only by
     /// ready-set changes that left every gain as the batch recorded it, stamps it with the new
-    /// epoch and claims its next pick. Its remaining picks are what a new batch would compute:
-    /// SWRR from the same credits (the refunded ones) with the same gains. `None`: compute anew.
+    /// epoch and claims its next pick. Its remaining picks are what a new batch would compute
+    /// (SWRR from the refunded credits with the same gains), but for credits moved since by a
+    /// refund or a single step, which the next computation takes in. `None`: compute anew.
     fn resume_batch(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
         let schedule = &self.schedule;
         // Relaxed: we hold `computing`, the only writer of the cursor's generation and of the
