@@ -696,21 +696,26 @@ impl Classes {
         if total > 0 {
             schedule.scale_total.store(total, Ordering::Relaxed);
         }
+        // Plain slices for the loop, which runs up to `BATCH` times the classes: indexing a slice
+        // needs no call even in a debug build, where indexing the `ArrayVec`s made a batch of
+        // four classes take over 10 µs, longer than the engine's bounded waits.
+        let gains: &[i64] = &weights[..allocated];
+        let credits: &mut [i64] = &mut current[..allocated];
         for pick in &batch.picks[..len as usize] {
             let mut best: Option<(usize, i64)> = None;
             for c in 0..allocated {
-                if weights[c] == 0 {
+                if gains[c] == 0 {
                     continue;
                 }
-                current[c] += weights[c];
-                if best.is_none_or(|(_, top)| current[c] > top) {
-                    best = Some((c, current[c]));
+                credits[c] += gains[c];
+                if best.is_none_or(|(_, top)| credits[c] > top) {
+                    best = Some((c, credits[c]));
                 }
             }
             let Some((winner, _)) = best else {
                 break; // unreachable: total > 0, so some class gains
             };
-            current[winner] -= total;
+            credits[winner] -= total;
             pick.store(winner as u32, Ordering::Relaxed);
         }
         // Charge the refund and the batch's net change per class. Relaxed: credits are counters
