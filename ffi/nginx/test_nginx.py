@@ -918,7 +918,7 @@ async def load_smoke(args, prefix):
     nginx = subprocess.Popen([args.nginx, "-p", prefix, "-c", conf])
     try:
         await wait_port(port)
-        worker = worker_pids(nginx.pid)[0]
+        worker = (await wait_workers(nginx.pid))[0]
         # Warm-up: the connection pools and the allocator reach their working size.
         await run_wrk(wrk, port, LOAD_WARMUP_S, script)
         await wait_books(port, lambda b: b["depth"] == 0 and b["in_flight"] == 0)
@@ -1066,6 +1066,21 @@ def worker_pids(master_pid):
     return sorted(pids)
 
 
+async def wait_workers(master_pid, count=1, timeout=10, required=True):
+    """The master's worker pids, once it has forked `count` of them: the listening socket opens
+    (and `wait_port` returns) before the workers exist. Past `timeout`, raises if `required`,
+    else returns the pids there are (the caller checks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = worker_pids(master_pid)
+        if len(pids) >= count or time.monotonic() > deadline:
+            if len(pids) < count and required:
+                raise RuntimeError(f"nginx {master_pid} forked {len(pids)} of {count} workers "
+                                   f"in {timeout} s")
+            return pids
+        await asyncio.sleep(0.02)
+
+
 def fleet_lines(url, period=FLEET_PERIOD_MS):
     return (f"    fairq_fleet_redis {url};\n    fairq_fleet_name {FLEET_NAME};\n"
             f"    fairq_fleet_period {period};\n")
@@ -1160,7 +1175,7 @@ async def fleet_scenarios(args, prefix, upstream_port):
             return
         started = time.monotonic()
         await ng.start()
-        pids = worker_pids(ng.proc.pid)
+        pids = await wait_workers(ng.proc.pid, FLEET_WORKERS, timeout=5, required=False)
         host = socket.gethostname().lower()
         want = {f"{host}:{pid}" for pid in pids}
         while True:
@@ -1263,7 +1278,7 @@ async def run(args):
 
         if args.only:
             if "abandoned" in args.only:
-                await abandoned_grants(port, worker_pids(nginx.pid)[0])
+                await abandoned_grants(port, (await wait_workers(nginx.pid))[0])
             if "load" in args.only:
                 await load_smoke(args, prefix)
             return
@@ -1364,7 +1379,7 @@ async def run(args):
               f"(x{on / alone:.2f}) | fairq off {off:.1f} ms (x{off / alone:.2f}); "
               f"weights 3:1 -> {g}:{i} = {ratio:.2f}; health p99 {h99:.1f} ms", flush=True)
 
-        workers = worker_pids(nginx.pid)
+        workers = await wait_workers(nginx.pid)
         race = await abandoned_grants(port, workers[0])
         load = await load_smoke(args, prefix)
         if load:
