@@ -9,9 +9,9 @@ use std::sync::{Arc, Barrier};
 use common::*;
 use fairq::{Completion, Config, Dimension, Enqueued, NextGrant, Outcome, Request, TenantKey};
 
-/// All tenants backlogged and ready, one caller: every window of W = Σw grants starting at a
-/// multiple of W gives tenant i exactly w_i grants.
-fn check_windows(weights: &[u32], windows: usize) {
+/// One permit, one tenant per weight of `weights` (keys `tenant-<i>`), each with `queued_each`
+/// requests queued.
+fn weighted_tenants(weights: &[u32], queued_each: usize) -> (fairq::Engine, Vec<TenantKey>) {
     let engine = engine(Config {
         max_tenants: weights.len() as u32,
         tenant_queue_capacity: 4,
@@ -26,10 +26,17 @@ fn check_windows(weights: &[u32], windows: usize) {
         engine.set_weight_key(*k, w).unwrap();
     }
     for k in &keys {
-        for _ in 0..2 {
+        for _ in 0..queued_each {
             queued(&engine, &Request::new(*k, Dimension::User), 0);
         }
     }
+    (engine, keys)
+}
+
+/// All tenants backlogged and ready, one caller: every window of W = Σw grants starting at a
+/// multiple of W gives tenant i exactly w_i grants.
+fn check_windows(weights: &[u32], windows: usize) {
+    let (engine, keys) = weighted_tenants(weights, 2);
     let index: std::collections::HashMap<TenantKey, usize> =
         keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     let total: u32 = weights.iter().sum();
@@ -129,20 +136,7 @@ fn window_weights_8_4_2_1() {
 /// the light-tenant lane may serve it on its return. Each tenant's count stays within a few
 /// grants of its weighted share at every window boundary, over the whole run.
 fn check_shares_one_request_each(weights: &[u32], windows: u64) {
-    let engine = engine(Config {
-        max_tenants: weights.len() as u32,
-        tenant_queue_capacity: 4,
-        queue_capacity: 4 * weights.len() as u32,
-        max_in_flight: 1,
-        ..Config::default()
-    });
-    let keys: Vec<TenantKey> = (0..weights.len())
-        .map(|i| TenantKey::from_raw(format!("tenant-{i}").as_bytes()))
-        .collect();
-    for (k, &w) in keys.iter().zip(weights) {
-        engine.set_weight_key(*k, w).unwrap();
-        queued(&engine, &Request::new(*k, Dimension::User), 0);
-    }
+    let (engine, keys) = weighted_tenants(weights, 1);
     let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
     let mut got = vec![0u64; weights.len()];
     for window in 1..=windows {
