@@ -32,7 +32,10 @@ impl Engine {
         let slots = crate::core::slot_count(config.max_tenants as usize);
         let features = Features {
             indicators: config.indicators.then(|| Indicators::new(slots)),
-            policy: PolicyState::new(&config.policy, config.max_weight_classes as usize),
+            policy: PolicyState::new(
+                &config.policy,
+                crate::core::class_count(config.max_weight_classes),
+            ),
             bulkheads: Bulkheads::new(&config.downstream_max_in_flight, config.shedding, slots),
         };
         Ok(Engine {

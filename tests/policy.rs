@@ -279,6 +279,41 @@ fn guard_gives_at_least_n_a_minute_when_that_is_larger() {
     assert!(counts[0] <= 32 * minutes, "{}", counts[0]);
 }
 
+/// A weight changed while the tenant is queued keeps its old class alive, so class ids run past
+/// `max_weight_classes`; the guard must cover every class the scheduler can hand it.
+#[test]
+fn guard_covers_classes_past_max_weight_classes() {
+    let engine = engine(Config {
+        max_tenants: 8,
+        max_weight_classes: 2,
+        max_wait_ms: 86_400_000,
+        policy: Policy {
+            starvation_guard: Some(StarvationGuard::default()),
+            ..Policy::default()
+        },
+        ..Config::default()
+    });
+    let mut now = 0;
+    let mut granted = 0;
+    // Each weight change while "a" is queued moves it to a new class, and its old one stays
+    // referenced until it is served: over the rounds every class id gets used.
+    for round in 0..64u32 {
+        queued(&engine, &request("a"), now);
+        queued(&engine, &request("b"), now);
+        engine.set_weight("a", 2 + round % 5).unwrap();
+        queued(&engine, &request("a"), now);
+        now += 10 * S; // past the guard's gap: every ready class is due
+        while let NextGrant::Granted(g) = engine.next_grant_at(now) {
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, now)
+                .unwrap();
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 3 * 64);
+    assert_eq!(engine.stats().queued, 0);
+}
+
 #[test]
 fn boost_starts_after_the_threshold_and_stops_when_served() {
     let boost = WaitBoost {

@@ -144,6 +144,14 @@ pub(crate) const CLASS_LIMIT: usize = 64;
 /// what was added. Filled by the pick up to the classes allocated then; nothing is zeroed.
 pub(crate) type ClassWeights = arrayvec::ArrayVec<i64, CLASS_LIMIT>;
 
+/// Classes a core built for `max_weight_classes` distinct weights has: twice as many, at most
+/// `CLASS_LIMIT`. A tenant still queued in the class of its old weight keeps that class alive
+/// until it is served, and a weight change must not wait for that. Class ids run up to this
+/// count, so a feature's table indexed by class is sized by it.
+pub(crate) fn class_count(max_weight_classes: u32) -> usize {
+    (2 * max_weight_classes as usize).min(CLASS_LIMIT)
+}
+
 pub(crate) struct Class {
     /// The tenants' weight; 0 while the class is unused. Set once, under the admin lock.
     weight: AtomicU32,

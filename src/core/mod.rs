@@ -38,8 +38,9 @@ use crate::types::{
 };
 use crate::weights::WeightTable;
 
+pub(crate) use classes::class_count;
 pub(crate) use classes::ClassView;
-use classes::{ClassWeights, Classes, Start, Take, CLASS_LIMIT};
+use classes::{ClassWeights, Classes, Start, Take};
 pub(crate) use hooks::{Admit, ClassId, GrantEvent, Hooks, SlotId};
 use permits::{Capacity, Permits};
 #[cfg(not(loom))]
@@ -265,11 +266,7 @@ impl<H: Hooks> Core<H> {
     /// Builds the core: every table is allocated here, none later.
     pub(crate) fn new(limits: Limits, hooks: H) -> Core<H> {
         let slots = slot_count(limits.max_tenants as usize);
-        // Twice the classes the weights may use at once: a tenant still queued in the class of
-        // its old weight keeps that class alive until it is served, and a weight change must
-        // not wait for that.
-        let physical = (2 * limits.max_weight_classes as usize).min(CLASS_LIMIT);
-        let classes = Classes::new(physical, slots);
+        let classes = Classes::new(class_count(limits.max_weight_classes), slots);
         classes.pin(limits.default_weight);
         for &weight in &limits.pinned_weights {
             classes.pin(weight); // validated to fit max_weight_classes
