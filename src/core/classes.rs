@@ -186,6 +186,19 @@ pub(crate) struct Class {
 }
 
 impl Class {
+    /// The class's gain with its ready count now: 0 when no tenant is ready.
+    #[inline]
+    fn gain_now(&self) -> i64 {
+        // Relaxed: a snapshot; a stale count only skews one decision, and what a pick adds is
+        // what its refund takes back.
+        let ready = self.ready.load(Ordering::Relaxed);
+        if ready > 0 {
+            self.gain(ready)
+        } else {
+            0
+        }
+    }
+
     /// SWRR weight with `ready` (> 0) ready tenants, in units of 1/`FACTOR_ONE`: the sum of their
     /// effective weights (`weight × ready` when no factor is set), plus its extra weight.
     #[inline]
@@ -538,11 +551,7 @@ impl Classes {
             // without writing a shared line (callers poll until `Empty`).
             Some(0) => return Some(None),
             Some(len) if word & INDEX_MASK < u64::from(len) => {
-                // Claim the next pick. Acquire: as above, for the generation we land in.
-                let word = schedule.cursor.fetch_add(1, Ordering::Acquire);
-                let batch = &schedule.batches[((word >> 32) & 1) as usize];
-                let index = (word & INDEX_MASK) as usize;
-                if let Some(picked) = self.read_batch(batch, word >> 32, index, weights) {
+                if let Some(picked) = self.claim_pick(weights) {
                     return Some(Some(picked));
                 }
             }
@@ -649,10 +658,9 @@ impl Classes {
         let mut total = 0i64;
         weights.clear();
         for class in &self.classes[..allocated] {
-            // Relaxed: a snapshot; the net change is applied with `fetch_add`, so concurrent
-            // single steps and refunds are never lost.
-            let ready = class.ready.load(Ordering::Relaxed);
-            let gain = if ready > 0 { class.gain(ready) } else { 0 };
+            // A snapshot; the net change is applied with `fetch_add`, so concurrent single
+            // steps and refunds are never lost.
+            let gain = class.gain_now();
             weights.push(gain);
             start.push(class.current.load(Ordering::Relaxed));
             total += gain;
@@ -783,19 +791,24 @@ impl Classes {
             return None;
         }
         for (class, gain) in self.classes[..self.allocated()].iter().zip(&batch.gains) {
-            // Relaxed: a snapshot, as in `compute_batch`.
-            let ready = class.ready.load(Ordering::Relaxed);
-            let now = if ready > 0 { class.gain(ready) } else { 0 };
-            if now != gain.load(Ordering::Relaxed) {
+            if class.gain_now() != gain.load(Ordering::Relaxed) {
                 return None;
             }
         }
         // Relaxed: only the stamp changes; the picks, gains and total it vouches for were
         // published with the batch's sequence word, which readers Acquire.
         batch.epoch.store(epoch, Ordering::Relaxed);
-        // Claim as `pick_batched` does; picks claimed by others meanwhile leave none (`None`).
-        let word = schedule.cursor.fetch_add(1, Ordering::Acquire);
-        let batch = &schedule.batches[((word >> 32) & 1) as usize];
+        // Picks claimed by others meanwhile may leave none (`None`).
+        self.claim_pick(weights)
+    }
+
+    /// Claims the cursor's next pick and reads it; `None` if the batch it lands in is used up,
+    /// stale or being rewritten.
+    #[inline(always)]
+    fn claim_pick(&self, weights: &mut ClassWeights) -> Option<(usize, i64)> {
+        // Acquire: pairs with the Release that published the generation we land in.
+        let word = self.schedule.cursor.fetch_add(1, Ordering::Acquire);
+        let batch = &self.schedule.batches[((word >> 32) & 1) as usize];
         self.read_batch(batch, word >> 32, (word & INDEX_MASK) as usize, weights)
     }
 
@@ -895,8 +908,7 @@ impl Classes {
         let mut weights = ClassWeights::new();
         let mut total = 0;
         for class in self.classes[..self.allocated()].iter() {
-            let ready = class.ready.load(Ordering::Relaxed).max(0);
-            let gain = if ready > 0 { class.gain(ready) } else { 0 };
+            let gain = class.gain_now();
             weights.push(gain);
             total += gain;
         }
@@ -1334,13 +1346,7 @@ impl ClassView<'_> {
 
     /// `class`'s SWRR gain now, 0 when it has no ready tenant.
     pub(crate) fn gain(&self, class: usize) -> i64 {
-        let class = &self.classes.classes[class];
-        // Relaxed: like `pick`, a stale count only skews one decision.
-        let ready = class.ready.load(Ordering::Relaxed);
-        if ready <= 0 {
-            return 0;
-        }
-        class.gain(ready)
+        self.classes.classes[class].gain_now()
     }
 
     /// The sum of the ready classes' gains (a pick's total).
