@@ -1,6 +1,7 @@
 //! A ledger over random mixes of every call: threads enqueue, grant, complete (admitted, still
-//! refused, with a corrected cost), cancel, expire, change weights and fleet factors and read the
-//! metrics, on a clock that sometimes goes backwards, with random sizes and features. Every
+//! refused, with a corrected cost), cancel, expire, change weights, tiers and fleet factors, switch
+//! the engine off and on, send invalid requests and read the metrics, on a clock that sometimes
+//! goes backwards, with random sizes and features. Every
 //! ticket must end exactly once, a full drain must empty the engine, `stats` must agree with the
 //! ledger, and afterwards every tenant must be served at once.
 //!
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 
 use fairq::{
     Completion, Config, Dimension, Engine, Enqueued, Error, FeedbackController, NextGrant, Outcome,
-    Request, Shedding, StarvationGuard, TenantKey, Ticket, WaitBoost,
+    Policy, Request, Shedding, StarvationGuard, TenantKey, Ticket, WaitBoost,
 };
 
 const THREADS: u64 = 3;
@@ -87,6 +88,10 @@ fn config(seed: u64, r: &mut Rng) -> (Config, u32) {
             config.policy.starvation_guard = Some(StarvationGuard::default());
         }
         if r.chance(2) {
+            config.policy.tiers = Policy::standard_tiers();
+            config.max_weight_classes = config.max_weight_classes.max(4);
+        }
+        if r.chance(2) {
             config.policy.wait_boost = Some(WaitBoost {
                 after_ms: 1_000,
                 ..WaitBoost::default()
@@ -157,6 +162,7 @@ fn run(seed: u64, ops: u64) {
         }
     });
     let now = drain(&engine, &ledger, clock.load(Ordering::Relaxed));
+    engine.set_enabled(true);
     let stats = engine.stats();
     let ends = ledger.ends.lock().unwrap();
     let wrong: Vec<_> = ends.iter().filter(|(_, &n)| n != 1).take(8).collect();
@@ -291,12 +297,30 @@ fn call(
                 ledger.end(ticket, "expire");
             }
         }
-        92..=95 => {
+        92..=94 => {
             let span = if r.chance(2) { 4 } else { 1_000 };
             match engine.set_weight_key(tenant, 1 + r.below(span) as u32) {
                 Ok(()) | Err(Error::TooManyWeightClasses) => {}
                 Err(e) => panic!("{what}: set_weight: {e:?}"),
             }
+        }
+        95 => {
+            let tier = ["enterprise", "pro", "starter", "free", "platinum"][r.below(5) as usize];
+            let known = engine.tier_weight(tier).is_some();
+            match engine.set_tier_key(tenant, tier) {
+                Ok(()) | Err(Error::TooManyWeightClasses) => assert!(known, "{what}: {tier}"),
+                Err(Error::InvalidArgument(_)) => assert!(!known, "{what}: {tier}"),
+                Err(e) => panic!("{what}: set_tier: {e:?}"),
+            }
+            if r.chance(20) {
+                // Off for a while: new requests are refused `disabled`, the queued ones drain.
+                engine.set_enabled(!engine.is_enabled());
+            }
+            // Invalid requests change nothing.
+            let mut invalid = Request::new(tenant, Dimension::User);
+            invalid.cost = if r.chance(2) { 0 } else { 1_000_001 };
+            let refused = engine.enqueue_at(&invalid, now);
+            assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{what}");
         }
         96 => {
             let entries: Vec<(u64, u32)> = (0..r.below(6))
