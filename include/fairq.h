@@ -389,8 +389,8 @@ typedef struct fairq_stats {
     uint64_t queued;
     // Grants out now.
     uint64_t in_flight;
-    // Tenants holding a slot now (with queued or in-flight requests); see `fairq_get_stats`
-    // for its bound.
+    // Tenants holding a slot now (with queued or in-flight requests, or a cancelled one that no
+    // `fairq_next_grant` has swept yet); see `fairq_get_stats` for its bound.
     uint64_t tenants;
     // Requests accepted into a queue (each ticket once).
     uint64_t enqueued;

@@ -66,7 +66,7 @@ impl Render<'_> {
             out,
             "tenants",
             "gauge",
-            "Tenants with queued or in-flight requests now.",
+            "Tenants with queued or in-flight requests now (cancelled ones until swept).",
         );
         sample(out, "tenants", "", stats.tenants as f64);
         family(

@@ -272,7 +272,8 @@ pub struct Stats {
     pub queued: u64,
     /// Grants out now.
     pub in_flight: u64,
-    /// Tenants with queued or in-flight requests now.
+    /// Tenants with queued or in-flight requests now. A cancelled request's tenant counts until a
+    /// `next_grant` sweeps the entry (a parked one at its wake-up).
     pub tenants: u64,
     /// Requests accepted into a queue (each ticket once).
     pub enqueued: u64,

@@ -286,8 +286,8 @@ pub struct fairq_stats {
     pub queued: u64,
     /// Grants out now.
     pub in_flight: u64,
-    /// Tenants holding a slot now (with queued or in-flight requests); see `fairq_get_stats`
-    /// for its bound.
+    /// Tenants holding a slot now (with queued or in-flight requests, or a cancelled one that no
+    /// `fairq_next_grant` has swept yet); see `fairq_get_stats` for its bound.
     pub tenants: u64,
     /// Requests accepted into a queue (each ticket once).
     pub enqueued: u64,
