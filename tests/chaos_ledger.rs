@@ -1,45 +1,28 @@
 //! A ledger over random mixes of every call: threads enqueue, grant, complete (admitted, still
-//! refused, with a corrected cost), cancel, expire, change weights, tiers and fleet factors, switch
-//! the engine off and on, send invalid requests and read the metrics, on a clock that sometimes
-//! goes backwards, with random sizes and features. Every
-//! ticket must end exactly once, a full drain must empty the engine, `stats` must agree with the
-//! ledger, and afterwards every tenant must be served at once.
+//! refused, with a corrected cost), cancel, expire, change weights, tiers and fleet factors,
+//! switch the engine off and on, send invalid requests and read the metrics, on a clock that
+//! sometimes goes backwards, with random sizes and features. Every ticket must end exactly once,
+//! a full drain must empty the engine, `stats` must agree with the ledger, and afterwards every
+//! tenant must be served at once.
 //!
 //! Seeded: a failure names its seed and config, and `FAIRQ_CHAOS_SEED=17 cargo test --test
-//! chaos_ledger` reruns that config alone (the threads interleave differently each run). `FAIRQ_CHAOS_SEEDS` and `FAIRQ_CHAOS_OPS` set the size (defaults: 24
-//! seeds of 3 threads × 20,000 calls).
+//! chaos_ledger` reruns that config alone (the threads interleave differently each run).
+//! `FAIRQ_CHAOS_SEEDS` and `FAIRQ_CHAOS_OPS` set the size (defaults: 24 seeds of 3 threads ×
+//! 20,000 calls).
+
+mod common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use common::Rng;
 use fairq::{
     Completion, Config, Dimension, Engine, Enqueued, Error, FeedbackController, NextGrant, Outcome,
     Policy, Request, Shedding, StarvationGuard, TenantKey, Ticket, WaitBoost,
 };
 
 const THREADS: u64 = 3;
-
-/// xorshift64*: a fixed sequence per seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.parse().expect(name))

@@ -5,8 +5,11 @@
 //! Run under Miri too (`cargo +nightly miri test -p fairq --test ffi_boundary`), with a smaller
 //! engine and fewer random rounds: Miri interprets hundreds of times slower than native code.
 
+mod common;
+
 use std::ptr::{null, null_mut};
 
+use common::Rng;
 use fairq::ffi::*;
 
 /// Aligned, readable memory that is not an engine.
@@ -19,17 +22,6 @@ fn junk() -> Box<Junk> {
         *w = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1);
     }
     j
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 fn new_engine() -> *mut fairq_engine {

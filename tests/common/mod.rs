@@ -66,3 +66,28 @@ pub fn drain(engine: &Engine, now: u64, limit: usize) -> Drained {
     }
     panic!("the drain does not end: {drained:?} after {limit} rounds");
 }
+
+/// xorshift64*: a fixed, well-spread sequence per seed, for tests that draw at random.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator for `seed` (any value; spread so nearby seeds differ, never 0).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+}
