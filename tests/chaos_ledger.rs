@@ -7,8 +7,8 @@
 //!
 //! Seeded: a failure names its seed and config, and `FAIRQ_CHAOS_SEED=17 cargo test --test
 //! chaos_ledger` reruns that config alone (the threads interleave differently each run).
-//! `FAIRQ_CHAOS_SEEDS` and `FAIRQ_CHAOS_OPS` set the size (defaults: 24 seeds of 3 threads ×
-//! 20,000 calls).
+//! `FAIRQ_CHAOS_SEEDS`, `FAIRQ_CHAOS_THREADS` and `FAIRQ_CHAOS_OPS` set the size (defaults: 24
+//! seeds of 3 threads × 20,000 calls). More threads than cores preempt callers mid-call.
 
 mod common;
 
@@ -22,8 +22,6 @@ use fairq::{
     Policy, Request, Shedding, StarvationGuard, TenantKey, Ticket, WaitBoost,
 };
 
-const THREADS: u64 = 3;
-
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| v.parse().expect(name))
 }
@@ -31,9 +29,12 @@ fn env(name: &str) -> Option<u64> {
 #[test]
 fn every_ticket_ends_exactly_once_under_random_mixes() {
     let ops = env("FAIRQ_CHAOS_OPS").unwrap_or(20_000);
+    let threads = env("FAIRQ_CHAOS_THREADS").unwrap_or(3);
     match env("FAIRQ_CHAOS_SEED") {
-        Some(seed) => run(seed, ops),
-        None => (1..=env("FAIRQ_CHAOS_SEEDS").unwrap_or(24)).for_each(|seed| run(seed, ops)),
+        Some(seed) => run(seed, threads, ops),
+        None => {
+            (1..=env("FAIRQ_CHAOS_SEEDS").unwrap_or(24)).for_each(|seed| run(seed, threads, ops))
+        }
     }
 }
 
@@ -110,7 +111,7 @@ impl Ledger {
     }
 }
 
-fn run(seed: u64, ops: u64) {
+fn run(seed: u64, threads: u64, ops: u64) {
     let mut r = Rng::new(seed);
     let (config, pools) = config(seed, &mut r);
     let tenants = 2 + r.below(14);
@@ -123,7 +124,7 @@ fn run(seed: u64, ops: u64) {
     let known: Mutex<Vec<Ticket>> = Mutex::new(Vec::new());
     let clock = AtomicU64::new(1_000_000);
     std::thread::scope(|s| {
-        for id in 0..THREADS {
+        for id in 0..threads {
             let (engine, ledger, known, clock) = (&engine, &ledger, &known, &clock);
             s.spawn(move || {
                 let mut r = Rng::new(seed * 1_000 + id + 1);
