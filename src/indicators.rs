@@ -52,6 +52,7 @@ use crate::core::{Core, GrantEvent, Hooks, SlotId, TenantView};
 use crate::histogram::{quantile_ns, TenantWaits, BUCKETS};
 use crate::identity::TenantKey;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::table::Table;
 
 /// `ready_since` of a tenant that is not ready.
 const NOT_READY: u64 = u64::MAX;
@@ -225,7 +226,7 @@ fn accrued(delta: u64, weight: u64) -> u64 {
 /// The indicators feature: a side table of per-tenant state, the service clock, and the wait
 /// sums recorded by callers that do not hold a tenant's turn.
 pub(crate) struct Indicators {
-    tenants: Box<[TenantFairness]>,
+    tenants: Table<TenantFairness>,
     /// `S`: Σ over grants of `cost / W_ready`, fixed point 2⁻⁴⁰. Wraps; only differences are used.
     service: CachePadded<AtomicU64>,
     /// Wait sums of `expire`/`cancel` callers (not the turn holder), sharded.
@@ -336,7 +337,7 @@ impl Indicators {
     pub(crate) fn wait_snapshot(&self) -> ([u64; BUCKETS], u64) {
         let mut counts = [0u64; BUCKETS];
         let mut sum_ns = 0u64;
-        for fair in self.tenants.iter() {
+        for fair in self.tenants.as_slice() {
             fair.waits.add_lifetime_into(&mut counts);
             // Relaxed: a snapshot of statistics.
             sum_ns = sum_ns.wrapping_add(fair.wait_sum_total.load(Ordering::Relaxed));

@@ -45,6 +45,7 @@ mod metrics;
 mod policy;
 mod shedding;
 mod sync;
+mod table;
 mod types;
 mod weights;
 mod word_ring;

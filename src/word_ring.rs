@@ -24,6 +24,7 @@
 use crate::sync::{
     contended, fence, AtomicU64, Backoff, CachePadded, Ordering, FIRST_CONTENDED_HINTS,
 };
+use crate::table::Table;
 
 /// A value the ring carries in one 64-bit word.
 pub(crate) trait Word: Copy {
@@ -62,7 +63,7 @@ pub(crate) struct ArrayQueue<T> {
     tail: CachePadded<AtomicU64>,
     /// The power of two above the capacity: one lap's step in a position.
     one_lap: u64,
-    entries: Box<[Entry]>,
+    entries: Table<Entry>,
     _values: std::marker::PhantomData<T>,
 }
 

@@ -1600,7 +1600,7 @@ impl<H: Hooks> Core<H> {
     /// What a feature reads of the tenant in slot `t` now, if the slot holds one. Not pinned: a
     /// slot reused meanwhile may show a mixed snapshot for that one tenant.
     pub(crate) fn tenant_view(&self, t: SlotId) -> Option<TenantView> {
-        let slot = self.tenants.slots().get(t as usize)?;
+        let slot = self.tenants.get(t)?;
         // Relaxed: a snapshot of statistics.
         let key = slot.key.load(Ordering::Relaxed);
         if key == 0 {

@@ -31,6 +31,7 @@
 //! ([`Turn::Received`]).
 
 use crate::sync::{AtomicU64, Ordering};
+use crate::table::Table;
 
 /// Set in `head` while a compaction owns the consumer side.
 const LOCKED: u64 = 1 << 62;
@@ -103,7 +104,7 @@ pub(crate) struct TenantQueue {
     tail: AtomicU64,
     /// Entries compactions removed that the turn holder has not taken yet.
     swept: AtomicU64,
-    entries: Box<[Entry]>,
+    entries: Table<Entry>,
 }
 
 impl TenantQueue {
@@ -349,10 +350,7 @@ impl TenantQueue {
     /// Start of the ring's storage and its size in bytes, for a prefetch.
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn storage(&self) -> (*const u8, usize) {
-        (
-            self.entries.as_ptr().cast(),
-            std::mem::size_of_val(&*self.entries),
-        )
+        self.entries.bytes()
     }
 }
 

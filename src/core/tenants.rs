@@ -32,6 +32,7 @@ use crate::core::hooks::SlotId;
 use crate::core::ring::TenantQueue;
 use crate::limits::FACTOR_ONE;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
+use crate::table::Table;
 
 const QUEUED_ONE: u64 = 1;
 const QUEUED_MASK: u64 = (1 << 21) - 1;
@@ -302,7 +303,7 @@ pub(crate) struct TableFull;
 
 pub(crate) struct TenantTable {
     /// `max_tenants` plus a quarter of slack, so probe chains stay short when the table is full.
-    slots: Box<[TenantSlot]>,
+    slots: Table<TenantSlot>,
     /// Most tenants a claim may bring the active count to (`max_tenants`).
     limit: u64,
     idle_ns: u64,
@@ -333,7 +334,12 @@ impl TenantTable {
 
     /// Every slot, for scans off the hot path (metrics, `tick`); not counted in `touches`.
     pub(crate) fn slots(&self) -> &[TenantSlot] {
-        &self.slots
+        self.slots.as_slice()
+    }
+
+    /// The slot at `index`, if in range, for reads off the hot path; not counted in `touches`.
+    pub(crate) fn get(&self, index: u32) -> Option<&TenantSlot> {
+        self.slots.get(index as usize)
     }
 
     /// The slot at `index`. Callers pass indices taken from this table.

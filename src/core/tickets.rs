@@ -17,6 +17,7 @@
 //! them, so they are plain `Relaxed` atomics.
 
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
+use crate::table::Table;
 use crate::types::Ticket;
 
 /// Free: on the free list.
@@ -91,7 +92,7 @@ pub(crate) enum Lookup {
 }
 
 pub(crate) struct TicketSlab {
-    cells: Box<[TicketCell]>,
+    cells: Table<TicketCell>,
     /// Head of the free stack: `tag << 32 | index + 1`, 0 in the low half when empty.
     free: CachePadded<AtomicU64>,
 }
@@ -101,7 +102,7 @@ const LINK_MASK: u64 = 0xFFFF_FFFF;
 
 impl TicketSlab {
     pub(crate) fn new(capacity: usize) -> TicketSlab {
-        let cells: Box<[TicketCell]> = (0..capacity)
+        let cells: Table<TicketCell> = (0..capacity)
             .map(|_| TicketCell {
                 // Generation starts at 1, so no valid handle is 0.
                 state: AtomicU64::new(pack(1, FREE)),
@@ -117,7 +118,7 @@ impl TicketSlab {
             })
             .collect();
         // Every cell free, cell 0 on top: each links to the next one.
-        for (i, cell) in cells.iter().enumerate() {
+        for (i, cell) in cells.as_slice().iter().enumerate() {
             let next = if i + 1 < capacity { i as u32 + 2 } else { 0 };
             cell.position.store(next, Ordering::Relaxed);
         }
