@@ -52,6 +52,9 @@ pub enum Break {
     /// A caller takes a visitor another caller put back with a Relaxed CAS, so the putter's
     /// writes to the tenant slot need not be visible to it.
     Steal,
+    /// A parker re-reads the wheel's cursor with a load instead of a read-modify-write, so it
+    /// can miss an advance that drained its bucket before its push landed.
+    Wheel,
 }
 
 thread_local! {

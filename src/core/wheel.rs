@@ -27,6 +27,14 @@ const RECHECK_TICKS: u64 = 8;
 /// push by CAS and drain by `swap(NIL)`. A drain takes the whole list, so there is no ABA: a push
 /// only needs the head it read to still be the head. A tenant is in at most one bucket, put there
 /// by the thread holding its turn.
+///
+/// The hand-off between a parker and an advancer is made of read-modify-writes only: the parker
+/// pushes, then reads the cursor with a `fetch_add(0)`; the advancer moves the cursor by CAS, then
+/// swaps the bucket. An RMW reads the latest value of its word, so either the parker sees the
+/// cursor past its tick (and drains the bucket itself), or its cursor RMW came first, released
+/// its push to the advancer's CAS, and the advancer's swap takes it. Loom checks this exactly
+/// (`loom_models`); a plain or even `SeqCst` load in the parker would need the `SeqCst` total
+/// order, which loom does not model.
 pub(crate) struct Wheel {
     buckets: Box<[AtomicU32]>,
     /// Last tick drained. Only moves forward.
@@ -51,7 +59,8 @@ impl Wheel {
     /// wait a whole revolution.
     #[must_use]
     pub(crate) fn park(&self, tenants: &TenantTable, tenant: u32, not_before: u64) -> Option<u64> {
-        let cursor = self.cursor.load(Ordering::SeqCst);
+        // Relaxed: a first guess for the tick; the RMW below decides.
+        let cursor = self.cursor.load(Ordering::Relaxed);
         let tick = (not_before >> TICK_SHIFT).clamp(cursor + 1, cursor + RECHECK_TICKS);
         let bucket = &self.buckets[(tick % BUCKETS) as usize];
         self.parked.fetch_add(1, Ordering::Relaxed);
@@ -59,23 +68,29 @@ impl Wheel {
         let mut head = bucket.load(Ordering::Relaxed);
         loop {
             slot.wheel_next.store(head, Ordering::Relaxed);
-            // SeqCst, not just Release (which makes the link and the staged head visible to the
-            // drainer's swap): it also orders this push before the cursor re-read below, against
-            // the drainer's cursor CAS before its swap (a store-load pair on each side).
-            match bucket.compare_exchange_weak(head, tenant, Ordering::SeqCst, Ordering::Relaxed) {
+            // Release: the link and the staged head go to the drainer's Acquire swap.
+            match bucket.compare_exchange_weak(head, tenant, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(seen) => head = seen,
             }
         }
-        // SeqCst: see above. If the cursor has passed our tick, the drain may have missed us.
-        (self.cursor.load(Ordering::SeqCst) >= tick).then_some(tick)
+        // An RMW, not a load: it reads the cursor's latest value (see the type's docs). AcqRel:
+        // its Release hands our push to an advancer whose CAS comes after it. If the cursor has
+        // passed our tick, the drain may have missed us.
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Wheel) {
+            // Broken on purpose: a plain load may read a cursor an advancer already moved.
+            return (self.cursor.load(Ordering::Acquire) >= tick).then_some(tick);
+        }
+        (self.cursor.fetch_add(0, Ordering::AcqRel) >= tick).then_some(tick)
     }
 
     /// Drains the bucket of `tick` now, calling `wake` for each tenant in it (entries for later
     /// revolutions are woken too; `wake` re-parks what is not ready).
     pub(crate) fn drain(&self, tenants: &TenantTable, tick: u64, mut wake: impl FnMut(u32)) {
-        // SeqCst: pairs with the parkers' SeqCst push; their links are visible.
-        let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::SeqCst);
+        // Acquire: pairs with the parkers' Release push (and the pushes after it, a release
+        // sequence); their links are visible.
+        let mut tenant = self.buckets[(tick % BUCKETS) as usize].swap(NIL, Ordering::Acquire);
         while tenant != NIL {
             let next = tenants.slot(tenant).wheel_next.load(Ordering::Relaxed);
             self.parked.fetch_sub(1, Ordering::Relaxed);
@@ -96,12 +111,12 @@ impl Wheel {
         if target <= from {
             return;
         }
-        // SeqCst: one winner per advance. A parker either reads the new cursor (and parks
-        // beyond it), or its push is ordered before our swap, or it sees the cursor passed its
-        // tick and drains the bucket itself (see `park`).
+        // One winner per advance. AcqRel: Acquire takes the push of every parker whose cursor
+        // RMW came before this CAS, so our swaps below see it; a parker after it reads the new
+        // cursor and drains the bucket itself (see the type's docs).
         if self
             .cursor
-            .compare_exchange(from, target, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(from, target, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
             return;
@@ -120,5 +135,70 @@ impl Wheel {
         // Saturating: the tick after the last one would wrap to 0.
         let next = self.cursor.load(Ordering::Acquire) + 1;
         Some(next.saturating_mul(1 << TICK_SHIFT))
+    }
+}
+
+/// Loom model of the park/advance hand-off (run by `loom-tests/run.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicU32;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    const TICK: u64 = 1 << TICK_SHIFT;
+
+    /// Counts the wakes of tenant 0, the only one parked.
+    fn wake(woken: &AtomicU32) -> impl FnMut(u32) + '_ {
+        move |t| {
+            assert_eq!(t, 0);
+            woken.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A parker parks tenant 0 for the next tick while an advancer moves the cursor onto that
+    /// tick; afterwards a caller advances again at the same time. The tenant is woken exactly
+    /// once: by the advancer's drain or by the parker's own.
+    #[test]
+    fn a_park_racing_an_advance_is_woken_once() {
+        loom::model(|| {
+            let tenants = Arc::new(TenantTable::new(1, 1, 0));
+            let wheel = Arc::new(Wheel::new(0));
+            let woken = Arc::new(AtomicU32::new(0));
+            let parker = {
+                let (tenants, wheel, woken) = (tenants.clone(), wheel.clone(), woken.clone());
+                thread::spawn(move || {
+                    if let Some(tick) = wheel.park(&tenants, 0, TICK) {
+                        wheel.drain(&tenants, tick, wake(&woken));
+                    }
+                })
+            };
+            let advancer = {
+                let (tenants, wheel, woken) = (tenants.clone(), wheel.clone(), woken.clone());
+                thread::spawn(move || wheel.advance(&tenants, TICK, wake(&woken)))
+            };
+            parker.join().unwrap();
+            advancer.join().unwrap();
+            // A later caller, at the same time: it finds the cursor moved (if it was) and drains
+            // nothing, so a tenant the hand-off lost would stay lost (for a revolution).
+            wheel.advance(&tenants, TICK, wake(&woken));
+            assert_eq!(
+                woken.load(Ordering::Relaxed),
+                1,
+                "a parked tenant was lost or woken twice"
+            );
+        });
+    }
+
+    /// A parker that re-reads the cursor with a load can miss an advance that drained its
+    /// bucket before its push landed.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic]
+    fn broken_wheel_hand_off_is_caught() {
+        crate::broken::with(
+            crate::broken::Break::Wheel,
+            a_park_racing_an_advance_is_woken_once,
+        );
     }
 }
