@@ -354,3 +354,71 @@ fn broken_cas(word: &AtomicU64, from: u64, to: u64) -> bool {
     word.store(to, Ordering::Release);
     true
 }
+
+/// Loom model of the free stack on its own (run by `loom-tests/run.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+    use std::sync::atomic::AtomicBool;
+
+    /// Takes a cell, holds it (no other thread may hold it meanwhile), and frees it.
+    fn churn(slab: &TicketSlab, held: &[AtomicBool; 2]) {
+        let ticket = slab
+            .alloc()
+            .expect("a free cell: at most two are held at once");
+        let index = ticket.index() as usize;
+        // Plain std atomics: the model's check, not part of what loom explores.
+        assert!(
+            !held[index].swap(true, std::sync::atomic::Ordering::SeqCst),
+            "cell {index} handed out twice"
+        );
+        slab.publish(ticket);
+        held[index].store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            slab.end(ticket, QUEUED),
+            "cell {index} was ended by another holder"
+        );
+    }
+
+    /// On a slab of two cells, one thread takes and frees a cell twice while another does it
+    /// once: pops and pushes race on the tagged head, and the second pop can meet a head it
+    /// read before (the ABA the tag is for). No cell is held twice at once, and afterwards both
+    /// cells are free: two allocations get distinct cells, a third gets none.
+    #[test]
+    fn pops_and_pushes_lose_or_share_no_cell() {
+        loom::model(|| {
+            let slab = Arc::new(TicketSlab::new(2));
+            let held = std::sync::Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+            let twice = {
+                let (slab, held) = (slab.clone(), held.clone());
+                thread::spawn(move || {
+                    churn(&slab, &held);
+                    churn(&slab, &held);
+                })
+            };
+            let once = {
+                let (slab, held) = (slab.clone(), held.clone());
+                thread::spawn(move || churn(&slab, &held))
+            };
+            twice.join().unwrap();
+            once.join().unwrap();
+            let a = slab.alloc().expect("a cell was lost");
+            let b = slab.alloc().expect("a cell was lost");
+            assert_ne!(a.index(), b.index(), "one cell is on the stack twice");
+            assert!(slab.alloc().is_none(), "more cells than the slab holds");
+        });
+    }
+
+    /// A pop by load and store: two callers can take the same cell.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic]
+    fn broken_free_stack_pop_is_caught() {
+        crate::broken::with(
+            crate::broken::Break::FreeList,
+            pops_and_pushes_lose_or_share_no_cell,
+        );
+    }
+}
