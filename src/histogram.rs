@@ -50,6 +50,7 @@ pub(crate) fn bucket_of(ns: u64) -> usize {
 
 /// A slot's wait histogram: per-bucket (not cumulative) counts that only grow, and the
 /// baseline its current tenant started from. `repr(C)`: the counts, which grants write, first.
+#[derive(Default)]
 #[repr(C)]
 pub(crate) struct TenantWaits {
     buckets: [AtomicU64; BUCKETS],
@@ -58,13 +59,6 @@ pub(crate) struct TenantWaits {
 }
 
 impl TenantWaits {
-    pub(crate) fn new() -> TenantWaits {
-        TenantWaits {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            base: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-
     #[inline]
     pub(crate) fn record(&self, ns: u64) {
         // Relaxed: statistics, see the module docs.

@@ -52,7 +52,7 @@ use crate::core::{Core, GrantEvent, Hooks, SlotId, TenantView};
 use crate::histogram::{quantile_ns, TenantWaits, BUCKETS};
 use crate::identity::TenantKey;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
-use crate::table::Table;
+use crate::table::{Table, Zeroed};
 
 /// `ready_since` of a tenant that is not ready.
 const NOT_READY: u64 = u64::MAX;
@@ -69,9 +69,12 @@ const WAIT_QUANTILE: f64 = 0.95;
 /// the thread holding the tenant's turn (see `core/mod.rs`), so plain `Relaxed` loads and stores
 /// do; readers of indicators accept a snapshot that may be one event stale. `repr(C)`: the fields
 /// a grant writes share one line, ahead of the wait histogram.
+#[derive(Default)]
 #[repr(C)]
 pub(crate) struct TenantFairness {
-    /// Holder: when the open starvation window began, or `NOT_READY`.
+    /// Holder: when the open starvation window began, or `NOT_READY`, stored inverted so that a
+    /// new slot's zeros read as `NOT_READY` (the table is allocated zeroed: `Table::zeroed`).
+    /// Read and written through `since` and `set_since`.
     ready_since: AtomicU64,
     /// Holder: the service clock when `expected` was last folded (valid while ready).
     service_mark: AtomicU64,
@@ -96,26 +99,26 @@ pub(crate) struct TenantFairness {
     waits: TenantWaits,
 }
 
+// SAFETY: atomics (natively each has its integer's in-memory representation; under loom
+// `Table::zeroed` builds each element instead) and the histogram's arrays of them; the default is
+// all zeros, `ready_since` included (it is stored inverted).
+#[allow(unsafe_code)]
+unsafe impl Zeroed for TenantFairness {}
+
 impl TenantFairness {
-    pub(crate) fn new() -> TenantFairness {
-        TenantFairness {
-            ready_since: AtomicU64::new(NOT_READY),
-            service_mark: AtomicU64::new(0),
-            expected: AtomicU64::new(0),
-            longest_starved: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
-            arrival_refusals: AtomicU64::new(0),
-            refused_after_wait: AtomicU64::new(0),
-            wait_sum_total: AtomicU64::new(0),
-            boost: AtomicU32::new(0),
-            waits: TenantWaits::new(),
-        }
+    /// `ready_since` (holder-owned: Relaxed).
+    fn since(&self) -> u64 {
+        !self.ready_since.load(Ordering::Relaxed)
+    }
+
+    fn set_since(&self, since: u64) {
+        self.ready_since.store(!since, Ordering::Relaxed);
     }
 
     /// Starts a new tenant's indicators. Called by the claimer, which owns the slot exclusively.
     pub(crate) fn reset(&self) {
         // Relaxed throughout: the claimer's Release of `counts` publishes these to later pins.
-        self.ready_since.store(NOT_READY, Ordering::Relaxed);
+        self.set_since(NOT_READY);
         self.service_mark.store(0, Ordering::Relaxed);
         self.expected.store(0, Ordering::Relaxed);
         self.longest_starved.store(0, Ordering::Relaxed);
@@ -176,27 +179,27 @@ impl TenantFairness {
     /// Holder: the tenant joined its class's ready set.
     pub(crate) fn became_ready(&self, now: u64, service: u64) {
         // Relaxed: holder-owned.
-        if self.ready_since.load(Ordering::Relaxed) == NOT_READY {
+        if self.since() == NOT_READY {
             self.service_mark.store(service, Ordering::Relaxed);
-            self.ready_since.store(now, Ordering::Relaxed);
+            self.set_since(now);
         }
     }
 
     /// Holder: the tenant left its class's ready set (parked, blocked, idle).
     pub(crate) fn left_ready(&self, now: u64, service: u64, weight: u64) {
         // Relaxed: holder-owned.
-        let since = self.ready_since.load(Ordering::Relaxed);
+        let since = self.since();
         if since != NOT_READY {
             self.fold(service, weight);
             self.close_window(now, since);
-            self.ready_since.store(NOT_READY, Ordering::Relaxed);
+            self.set_since(NOT_READY);
         }
     }
 
     /// Holder: the tenant was granted at `now`; `service` already includes this grant.
     pub(crate) fn granted(&self, now: u64, service: u64, weight: u64) {
         // Relaxed: holder-owned.
-        let since = self.ready_since.load(Ordering::Relaxed);
+        let since = self.since();
         if since == NOT_READY {
             // Not seen becoming ready (cannot happen through the engine): start from here.
             self.service_mark.store(service, Ordering::Relaxed);
@@ -205,13 +208,13 @@ impl TenantFairness {
             self.close_window(now, since);
         }
         // A new window opens: it stays open if the tenant stays ready.
-        self.ready_since.store(now, Ordering::Relaxed);
+        self.set_since(now);
     }
 
     /// The open starvation window's start, if the tenant is ready.
     pub(crate) fn ready_since(&self) -> Option<u64> {
         // Relaxed: a snapshot for readers and the policy tick.
-        let since = self.ready_since.load(Ordering::Relaxed);
+        let since = self.since();
         (since != NOT_READY).then_some(since)
     }
 }
@@ -237,7 +240,7 @@ impl Indicators {
     /// Indicators for a table of `slots` tenant slots.
     pub(crate) fn new(slots: usize) -> Indicators {
         Indicators {
-            tenants: (0..slots).map(|_| TenantFairness::new()).collect(),
+            tenants: Table::zeroed(slots),
             service: CachePadded::new(AtomicU64::new(0)),
             wait_sums: (0..WAIT_SHARDS).map(|_| CachePadded::default()).collect(),
         }
@@ -558,7 +561,7 @@ mod tests {
 
     #[test]
     fn window_opens_on_ready_and_closes_on_grant_or_leave() {
-        let f = TenantFairness::new();
+        let f = TenantFairness::default();
         f.became_ready(100, 0);
         assert_eq!(f.ready_since(), Some(100));
         f.became_ready(150, 0); // already ready: unchanged

@@ -21,6 +21,7 @@
 
 #![cfg_attr(loom, allow(dead_code))] // under loom the engine uses `sync`'s stand-in
 
+use crate::ring_entry::{self, Entry};
 use crate::sync::{
     contended, fence, AtomicU64, Backoff, CachePadded, Ordering, FIRST_CONTENDED_HINTS,
 };
@@ -50,11 +51,6 @@ impl Word for u64 {
     }
 }
 
-struct Entry {
-    stamp: AtomicU64,
-    value: AtomicU64,
-}
-
 /// The ring; the API of crossbeam's `ArrayQueue` that fairq uses.
 pub(crate) struct ArrayQueue<T> {
     /// The next position to pop.
@@ -75,12 +71,7 @@ impl<T: Word> ArrayQueue<T> {
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             one_lap: (cap as u64 + 1).next_power_of_two(),
-            entries: (0..cap as u64)
-                .map(|pos| Entry {
-                    stamp: AtomicU64::new(pos),
-                    value: AtomicU64::new(0),
-                })
-                .collect(),
+            entries: ring_entry::table(cap),
             _values: std::marker::PhantomData,
         }
     }

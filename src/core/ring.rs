@@ -30,6 +30,7 @@
 //! fails takes the entry, and a writer that finds the mark holds the tenant's turn
 //! ([`Turn::Received`]).
 
+use crate::ring_entry::{self, Entry};
 use crate::sync::{AtomicU64, Ordering};
 use crate::table::Table;
 
@@ -38,13 +39,6 @@ const LOCKED: u64 = 1 << 62;
 /// Set in an unwritten entry's stamp (or in a locked `head`) by a turn holder that found it not
 /// written yet: its writer takes over the turn.
 const WANTED: u64 = 1 << 63;
-
-struct Entry {
-    /// The position this entry is free for (`pos`) or full at (`pos + 1`).
-    stamp: AtomicU64,
-    /// The ticket handle, valid while full.
-    value: AtomicU64,
-}
 
 /// What the turn holder takes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,12 +108,7 @@ impl TenantQueue {
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
             swept: AtomicU64::new(0),
-            entries: (0..capacity as u64)
-                .map(|pos| Entry {
-                    stamp: AtomicU64::new(pos),
-                    value: AtomicU64::new(0),
-                })
-                .collect(),
+            entries: ring_entry::table(capacity),
         }
     }
 
