@@ -560,8 +560,20 @@ mod tests {
     }
 
     #[test]
+    fn a_new_side_table_reads_as_not_ready_and_counted_nothing() {
+        let indicators = Indicators::new(5);
+        for t in 0..5 {
+            let f = indicators.tenant(t);
+            assert_eq!(f.ready_since(), None);
+            assert_eq!(f.requests.load(Ordering::Relaxed), 0);
+            assert_eq!(f.boost.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[test]
     fn window_opens_on_ready_and_closes_on_grant_or_leave() {
         let f = TenantFairness::default();
+        assert_eq!(f.ready_since(), None);
         f.became_ready(100, 0);
         assert_eq!(f.ready_since(), Some(100));
         f.became_ready(150, 0); // already ready: unchanged

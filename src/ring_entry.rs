@@ -46,3 +46,21 @@ pub(crate) fn table(len: usize) -> Table<Entry> {
     }
     entries
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::Ordering;
+
+    #[test]
+    fn a_new_table_has_entry_i_free_for_position_i_and_no_values() {
+        for len in [0, 1, 7, 1000] {
+            let entries = table(len);
+            assert_eq!(entries.len(), len);
+            for (i, entry) in entries.as_slice().iter().enumerate() {
+                assert_eq!(entry.stamp.load(Ordering::Relaxed), i as u64);
+                assert_eq!(entry.value.load(Ordering::Relaxed), 0);
+            }
+        }
+    }
+}
