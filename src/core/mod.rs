@@ -354,12 +354,17 @@ impl<H: Hooks> Core<H> {
         // `live` count, the other is `push_queued`'s extra pin (see there). All are released on
         // a refusal.
         let bound = self.limits.tenant_queue_capacity;
-        let Ok((t, place)) =
-            self.tenants
-                .pin_or_claim(key.get(), now, ENQUEUE_PINS, bound, |t, slot| {
-                    self.init_slot(t, slot, key.get())
-                })
-        else {
+        // A tenant without a slot, or whose slot changed hands, takes the claim loop.
+        let pinned = self
+            .tenants
+            .pin_found(key.get(), ENQUEUE_PINS, bound)
+            .or_else(|| {
+                let init = |t, slot: &TenantSlot| self.init_slot(t, slot, key.get());
+                self.tenants
+                    .pin_or_claim(key.get(), now, ENQUEUE_PINS, bound, init)
+                    .ok()
+            });
+        let Some((t, place)) = pinned else {
             return Ok(self.refuse_on_arrival(Reason::TenantTableFull, 1));
         };
         self.hooks.request(t);

@@ -464,6 +464,37 @@ impl TenantTable {
         None
     }
 
+    /// Pins `key`'s slot as [`pin_or_claim`](Self::pin_or_claim) does, if the key has one;
+    /// `None` when it has none or the slot changed hands meanwhile (`pin_or_claim` settles
+    /// both). Inline: most enqueues find their tenant's slot, and end here without the claim
+    /// loop's set-up.
+    #[inline]
+    pub(crate) fn pin_found(&self, key: u64, pins: u64, bound: u32) -> Option<(u32, Place)> {
+        let index = self.locate(key)?;
+        let place = self.try_pin(index, key, pins, bound)?;
+        Some((index as u32, place))
+    }
+
+    /// The slot holding `key` in its probe window, looking no further than an empty slot (where
+    /// a claim would put it). A hint: the slot may change hands before it is pinned.
+    #[inline]
+    fn locate(&self, key: u64) -> Option<usize> {
+        let n = self.slots.len();
+        let mut index = self.home(key);
+        for _ in 0..n.min(PROBE_WINDOW) {
+            match self.slots[index].key.load(Ordering::Acquire) {
+                seen if seen == key => return Some(index),
+                0 => return None,
+                _ => {}
+            }
+            index += 1;
+            if index == n {
+                index = 0;
+            }
+        }
+        None
+    }
+
     /// Finds or claims `key`'s slot, pinned `pins` times, and asks a place in its queue (of at
     /// most `bound` requests) in the same RMW: `enqueue` takes its ticket's count, `push_queued`'s
     /// extra pin and its place at once. `init` sets up a freshly claimed slot (weight, class)
@@ -677,5 +708,29 @@ impl TenantTable {
             debug_assert!(before > 0, "active tenants below zero");
         }
         Counts(previous)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pin_found_finds_keys_placed_past_their_home_and_nothing_for_a_key_without_a_slot() {
+        let table = TenantTable::new(8, 2, 0);
+        // Keys sharing one home slot: the second and third are claimed past it.
+        let home = table.home(1);
+        let same_home = (1..).filter(|&key| table.home(key) == home);
+        let keys: Vec<u64> = same_home.clone().take(3).collect();
+        let slots: Vec<u32> = keys
+            .iter()
+            .map(|&key| table.pin_or_claim(key, 0, 1, 2, |_, _| {}).expect("free").0)
+            .collect();
+        assert!(slots[0] != slots[1] && slots[1] != slots[2] && slots[0] != slots[2]);
+        for (&key, &slot) in keys.iter().zip(&slots) {
+            assert_eq!(table.pin_found(key, 1, 2).map(|(s, _)| s), Some(slot));
+        }
+        let stranger = same_home.clone().nth(3).expect("a fourth key");
+        assert_eq!(table.pin_found(stranger, 1, 2), None);
     }
 }

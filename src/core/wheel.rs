@@ -101,10 +101,17 @@ impl Wheel {
 
     /// Drains every bucket whose tick has passed, calling `wake` for each tenant in them. One
     /// caller at a time advances the cursor; the others return at once.
-    pub(crate) fn advance(&self, tenants: &TenantTable, now: u64, mut wake: impl FnMut(u32)) {
+    #[inline]
+    pub(crate) fn advance(&self, tenants: &TenantTable, now: u64, wake: impl FnMut(u32)) {
+        // Inline: most calls find nothing parked and return here, without a call's set-up.
         if self.parked.load(Ordering::Relaxed) == 0 {
             return;
         }
+        self.advance_parked(tenants, now, wake);
+    }
+
+    #[inline(never)]
+    fn advance_parked(&self, tenants: &TenantTable, now: u64, mut wake: impl FnMut(u32)) {
         let target = now >> TICK_SHIFT;
         // Relaxed: a hint; the CAS below decides.
         let from = self.cursor.load(Ordering::Relaxed);
