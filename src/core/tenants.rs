@@ -482,6 +482,8 @@ impl TenantTable {
         let n = self.slots.len();
         let mut index = self.home(key);
         for _ in 0..n.min(PROBE_WINDOW) {
+            // Acquire, as in the claim loop's scan; only a hint either way: `try_pin` reads the
+            // key again after its CAS, which pairs with a thief's Release of `counts`.
             match self.slots[index].key.load(Ordering::Acquire) {
                 seen if seen == key => return Some(index),
                 0 => return None,

@@ -110,6 +110,8 @@ impl Wheel {
         self.advance_parked(tenants, now, wake);
     }
 
+    /// `advance` with tenants parked: moves the cursor to `now`'s tick and drains the buckets
+    /// it passed.
     #[inline(never)]
     fn advance_parked(&self, tenants: &TenantTable, now: u64, mut wake: impl FnMut(u32)) {
         let target = now >> TICK_SHIFT;
