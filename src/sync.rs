@@ -214,7 +214,7 @@ pub(crate) fn try_increment_below(counter: &AtomicU64, max: u64) -> bool {
 /// Asks the CPU to start loading the cache lines of `len` bytes at `ptr`: a hint with no effect
 /// on the program's meaning (a no-op off x86-64 and under loom). `unsafe` because the intrinsic
 /// takes a raw pointer; outside the C ABI the only other `unsafe` builds the large tables
-/// (`table.rs`, `ring_entry.rs`).
+/// (`table.rs`, `ring_entry.rs`) and declares their element types zeroable (`Zeroed`).
 #[inline(always)]
 #[allow(unsafe_code)]
 #[cfg_attr(loom, allow(dead_code))]
