@@ -6,12 +6,19 @@
 //! Loom cannot see inside arc-swap, so without the stand-in it would check nothing there. The
 //! ring behind `ArrayQueue` is fairq's own (`word_ring`), proved by its own loom models; the
 //! engine-level models use the stand-in, which keeps their state space small.
+//!
+//! `cfg(fairq_plain_rmw)` is a measurement build, never a product: every read-modify-write
+//! becomes a plain load and store (`plain_rmw` below), so one thread runs the same code without
+//! the locked instructions, and an A/B against the normal build shows what they cost
+//! (`benches/rmw_cost.sh`). Two threads lose updates in it.
 
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{
-        fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering,
-    };
+    #[cfg(fairq_plain_rmw)]
+    pub(crate) use super::plain_rmw::{AtomicBool, AtomicI64, AtomicU32, AtomicU64};
+    pub(crate) use std::sync::atomic::{fence, Ordering};
+    #[cfg(not(fairq_plain_rmw))]
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64};
     pub(crate) use std::sync::Mutex;
 
     pub(crate) use crate::word_ring::ArrayQueue;
@@ -234,6 +241,111 @@ pub(crate) fn prefetch<T>(ptr: *const T, len: usize) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
     let _ = (ptr, len);
+}
+
+/// The measurement build's atomics (see the module docs): std's, with each read-modify-write
+/// done as a Relaxed load and a store. One thread sees what the atomic version gives; there is
+/// no data race (every access is still atomic), but concurrent updates can be lost.
+#[cfg(all(fairq_plain_rmw, not(loom)))]
+#[allow(dead_code)] // the full set of std's read-modify-writes, whichever the engine uses today
+mod plain_rmw {
+    use std::sync::atomic::Ordering;
+
+    macro_rules! plain {
+        ($name:ident, $t:ty) => {
+            #[derive(Default, Debug)]
+            #[repr(transparent)]
+            pub(crate) struct $name(std::sync::atomic::$name);
+
+            impl $name {
+                pub(crate) const fn new(value: $t) -> Self {
+                    $name(std::sync::atomic::$name::new(value))
+                }
+                #[inline]
+                pub(crate) fn load(&self, order: Ordering) -> $t {
+                    self.0.load(order)
+                }
+                #[inline]
+                pub(crate) fn store(&self, value: $t, order: Ordering) {
+                    self.0.store(value, order)
+                }
+                #[inline]
+                fn update(&self, f: impl FnOnce($t) -> $t) -> $t {
+                    let old = self.0.load(Ordering::Relaxed);
+                    self.0.store(f(old), Ordering::Relaxed);
+                    old
+                }
+                #[inline]
+                pub(crate) fn swap(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|_| value)
+                }
+                #[inline]
+                pub(crate) fn compare_exchange(
+                    &self,
+                    current: $t,
+                    new: $t,
+                    _: Ordering,
+                    _: Ordering,
+                ) -> Result<$t, $t> {
+                    let old = self.0.load(Ordering::Relaxed);
+                    if old != current {
+                        return Err(old);
+                    }
+                    self.0.store(new, Ordering::Relaxed);
+                    Ok(old)
+                }
+                #[inline]
+                pub(crate) fn compare_exchange_weak(
+                    &self,
+                    current: $t,
+                    new: $t,
+                    success: Ordering,
+                    failure: Ordering,
+                ) -> Result<$t, $t> {
+                    self.compare_exchange(current, new, success, failure)
+                }
+            }
+        };
+    }
+
+    macro_rules! arithmetic {
+        ($name:ident, $t:ty) => {
+            impl $name {
+                #[inline]
+                pub(crate) fn fetch_add(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old.wrapping_add(value))
+                }
+                #[inline]
+                pub(crate) fn fetch_sub(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old.wrapping_sub(value))
+                }
+                #[inline]
+                pub(crate) fn fetch_or(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old | value)
+                }
+                #[inline]
+                pub(crate) fn fetch_and(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old & value)
+                }
+                #[inline]
+                pub(crate) fn fetch_max(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old.max(value))
+                }
+                #[inline]
+                pub(crate) fn fetch_min(&self, value: $t, _: Ordering) -> $t {
+                    self.update(|old| old.min(value))
+                }
+            }
+        };
+    }
+
+    plain!(AtomicBool, bool);
+    plain!(AtomicU32, u32);
+    plain!(AtomicU64, u64);
+    plain!(AtomicI64, i64);
+    arithmetic!(AtomicU32, u32);
+    arithmetic!(AtomicU64, u64);
+    arithmetic!(AtomicI64, i64);
 }
 
 #[cfg(all(test, not(loom)))]
