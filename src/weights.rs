@@ -2,43 +2,69 @@
 //!
 //! Readers (a tenant claiming a slot) see one consistent table through the shim's `SharedPtr`
 //! (`ArcSwap`), without locking. Writers build a new table and swap it in.
+//!
+//! A new table shares what it does not change with the one it replaces: the entries are split
+//! over `SHARDS` maps by key, each behind an `Arc`, so `set_weight` copies one shard, not the
+//! whole table. The table also counts its entries per distinct weight, so checking the engine's
+//! limit on weight classes reads those counts instead of every entry. A control plane that sets
+//! the weights of many tenants one at a time then pays a small, nearly constant cost per call.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Maps a table's entries are split over, by key. Keys are hashes, so the split is even.
+const SHARDS: usize = 64;
+
+type Shard = HashMap<u64, u32, std::hash::BuildHasherDefault<ahash::AHasher>>;
 
 /// An immutable weight table.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct WeightTable {
-    by_key: HashMap<u64, u32, std::hash::BuildHasherDefault<ahash::AHasher>>,
+    shards: [Arc<Shard>; SHARDS],
+    /// Each distinct weight of the entries with the number of entries that have it, ascending
+    /// by weight. Short: a table the engine publishes has at most `max_weight_classes` of them.
+    distinct: Vec<(u32, u32)>,
     default_weight: u32,
+}
+
+fn shard_of(key: u64) -> usize {
+    (key % SHARDS as u64) as usize
 }
 
 impl WeightTable {
     pub(crate) fn new(default_weight: u32) -> WeightTable {
+        let empty = Arc::new(Shard::default());
         WeightTable {
-            by_key: HashMap::default(),
+            shards: std::array::from_fn(|_| Arc::clone(&empty)),
+            distinct: Vec::new(),
             default_weight,
         }
     }
 
     /// The weight of `key`: its entry, else the default.
     pub(crate) fn get(&self, key: u64) -> u32 {
-        self.by_key
+        self.shards[shard_of(key)]
             .get(&key)
             .copied()
             .unwrap_or(self.default_weight)
     }
 
-    /// Every weight the table can give: its entries' and the default (with repeats).
+    /// Every weight the table can give: its entries' distinct weights and the default.
     pub(crate) fn weights(&self) -> impl Iterator<Item = u32> + '_ {
-        self.by_key
-            .values()
-            .copied()
+        self.distinct
+            .iter()
+            .map(|&(weight, _)| weight)
             .chain(std::iter::once(self.default_weight))
     }
 
+    /// This table with `key`'s entry set to `weight`. Copies only the shard that holds `key`.
     pub(crate) fn with_entry(&self, key: u64, weight: u32) -> WeightTable {
         let mut next = self.clone();
-        next.by_key.insert(key, weight);
+        let before = Arc::make_mut(&mut next.shards[shard_of(key)]).insert(key, weight);
+        if let Some(old) = before {
+            next.count(old, -1);
+        }
+        next.count(weight, 1);
         next
     }
 
@@ -46,9 +72,112 @@ impl WeightTable {
         entries: impl IntoIterator<Item = (u64, u32)>,
         default_weight: u32,
     ) -> WeightTable {
-        WeightTable {
-            by_key: entries.into_iter().collect(),
-            default_weight,
+        let mut shards: [Shard; SHARDS] = std::array::from_fn(|_| Shard::default());
+        for (key, weight) in entries {
+            // A key given twice keeps its last weight.
+            shards[shard_of(key)].insert(key, weight);
         }
+        let mut table = WeightTable {
+            shards: shards.map(Arc::new),
+            distinct: Vec::new(),
+            default_weight,
+        };
+        let weights: Vec<u32> = table
+            .shards
+            .iter()
+            .flat_map(|shard| shard.values().copied())
+            .collect();
+        for weight in weights {
+            table.count(weight, 1);
+        }
+        table
+    }
+
+    /// Adds `delta` (±1) to the entries counted at `weight`; a weight no entry has any more
+    /// leaves `distinct`.
+    fn count(&mut self, weight: u32, delta: i32) {
+        match self.distinct.binary_search_by_key(&weight, |&(w, _)| w) {
+            Ok(at) => {
+                let entries = &mut self.distinct[at].1;
+                *entries = entries.saturating_add_signed(delta);
+                if *entries == 0 {
+                    self.distinct.remove(at);
+                }
+            }
+            Err(at) if delta > 0 => self.distinct.insert(at, (weight, delta as u32)),
+            Err(_) => debug_assert!(false, "uncounted weight {weight}"),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The distinct weights with their counts, recounted from every entry.
+    fn recount(table: &WeightTable) -> Vec<(u32, u32)> {
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        for shard in &table.shards {
+            for &weight in shard.values() {
+                match counts.iter_mut().find(|(w, _)| *w == weight) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((weight, 1)),
+                }
+            }
+        }
+        counts.sort_unstable();
+        counts
+    }
+
+    #[test]
+    fn counts_follow_every_change_and_old_tables_keep_their_entries() {
+        let mut table = WeightTable::from_entries([(7, 2), (9, 2), (7, 3), (200, 5)], 1);
+        assert_eq!(table.get(7), 3, "a key given twice keeps its last weight");
+        assert_eq!(table.distinct, recount(&table));
+        assert_eq!(table.distinct, [(2, 1), (3, 1), (5, 1)]);
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut tables = vec![table.clone()];
+        for _ in 0..5_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let key = state % 300 + 1;
+            let weight = (state >> 32) as u32 % 6 + 1;
+            let next = table.with_entry(key, weight);
+            assert_eq!(next.get(key), weight);
+            assert_eq!(next.distinct, recount(&next), "after {key} -> {weight}");
+            tables.push(next.clone());
+            table = next;
+        }
+        // Each table still reads as it was made: a change copied its shard, never shared it.
+        let mut replay = WeightTable::from_entries([(7, 2), (9, 2), (7, 3), (200, 5)], 1);
+        state = 0x2545_F491_4F6C_DD1D;
+        for old in &tables[1..] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            replay = replay.with_entry(state % 300 + 1, (state >> 32) as u32 % 6 + 1);
+            for key in 1..=300 {
+                assert_eq!(old.get(key), replay.get(key));
+            }
+        }
+        assert_eq!(tables[0].get(7), 3);
+        assert_eq!(
+            tables[0].get(8),
+            1,
+            "the default for a key without an entry"
+        );
+    }
+
+    #[test]
+    fn weights_are_the_distinct_entry_weights_and_the_default() {
+        let table = WeightTable::from_entries((1..=1000).map(|k| (k, (k % 3) as u32 + 2)), 1);
+        let weights: Vec<u32> = table.weights().collect();
+        assert_eq!(weights, [2, 3, 4, 1]);
+        let table = table.with_entry(5000, 9);
+        assert_eq!(table.weights().collect::<Vec<_>>(), [2, 3, 4, 9, 1]);
+        // Moving the only entry of weight 9 away drops 9.
+        let table = table.with_entry(5000, 2);
+        assert_eq!(table.weights().collect::<Vec<_>>(), [2, 3, 4, 1]);
     }
 }
