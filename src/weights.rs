@@ -62,9 +62,9 @@ impl WeightTable {
         let mut next = self.clone();
         let before = Arc::make_mut(&mut next.shards[shard_of(key)]).insert(key, weight);
         if let Some(old) = before {
-            next.count(old, -1);
+            count(&mut next.distinct, old, -1);
         }
-        next.count(weight, 1);
+        count(&mut next.distinct, weight, 1);
         next
     }
 
@@ -77,36 +77,31 @@ impl WeightTable {
             // A key given twice keeps its last weight.
             shards[shard_of(key)].insert(key, weight);
         }
-        let mut table = WeightTable {
+        let mut distinct = Vec::new();
+        for &weight in shards.iter().flat_map(Shard::values) {
+            count(&mut distinct, weight, 1);
+        }
+        WeightTable {
             shards: shards.map(Arc::new),
-            distinct: Vec::new(),
+            distinct,
             default_weight,
-        };
-        let weights: Vec<u32> = table
-            .shards
-            .iter()
-            .flat_map(|shard| shard.values().copied())
-            .collect();
-        for weight in weights {
-            table.count(weight, 1);
         }
-        table
     }
+}
 
-    /// Adds `delta` (±1) to the entries counted at `weight`; a weight no entry has any more
-    /// leaves `distinct`.
-    fn count(&mut self, weight: u32, delta: i32) {
-        match self.distinct.binary_search_by_key(&weight, |&(w, _)| w) {
-            Ok(at) => {
-                let entries = &mut self.distinct[at].1;
-                *entries = entries.saturating_add_signed(delta);
-                if *entries == 0 {
-                    self.distinct.remove(at);
-                }
+/// Adds `delta` (±1) to the entries `distinct` counts at `weight`; a weight no entry has any more
+/// leaves it.
+fn count(distinct: &mut Vec<(u32, u32)>, weight: u32, delta: i32) {
+    match distinct.binary_search_by_key(&weight, |&(w, _)| w) {
+        Ok(at) => {
+            let entries = &mut distinct[at].1;
+            *entries = entries.saturating_add_signed(delta);
+            if *entries == 0 {
+                distinct.remove(at);
             }
-            Err(at) if delta > 0 => self.distinct.insert(at, (weight, delta as u32)),
-            Err(_) => debug_assert!(false, "uncounted weight {weight}"),
         }
+        Err(at) if delta > 0 => distinct.insert(at, (weight, delta as u32)),
+        Err(_) => debug_assert!(false, "uncounted weight {weight}"),
     }
 }
 
@@ -136,13 +131,16 @@ mod tests {
         assert_eq!(table.distinct, recount(&table));
         assert_eq!(table.distinct, [(2, 1), (3, 1), (5, 1)]);
         let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let changes: Vec<(u64, u32)> = (0..5_000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % 300 + 1, (state >> 32) as u32 % 6 + 1)
+            })
+            .collect();
         let mut tables = vec![table.clone()];
-        for _ in 0..5_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let key = state % 300 + 1;
-            let weight = (state >> 32) as u32 % 6 + 1;
+        for &(key, weight) in &changes {
             let next = table.with_entry(key, weight);
             assert_eq!(next.get(key), weight);
             assert_eq!(next.distinct, recount(&next), "after {key} -> {weight}");
@@ -151,12 +149,8 @@ mod tests {
         }
         // Each table still reads as it was made: a change copied its shard, never shared it.
         let mut replay = WeightTable::from_entries([(7, 2), (9, 2), (7, 3), (200, 5)], 1);
-        state = 0x2545_F491_4F6C_DD1D;
-        for old in &tables[1..] {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            replay = replay.with_entry(state % 300 + 1, (state >> 32) as u32 % 6 + 1);
+        for (old, &(key, weight)) in tables[1..].iter().zip(&changes) {
+            replay = replay.with_entry(key, weight);
             for key in 1..=300 {
                 assert_eq!(old.get(key), replay.get(key));
             }

@@ -1461,11 +1461,10 @@ impl<H: Hooks> Core<H> {
             return Err(Error::InvalidArgument("weight must be in 1..=10000"));
         }
         let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let mut distinct: Vec<u32> = entries.iter().map(|&(_, w)| w).collect();
-        distinct.push(default_weight);
+        let next = WeightTable::from_entries(entries.iter().copied(), default_weight);
+        let mut distinct: Vec<u32> = next.weights().collect();
         distinct.sort_unstable();
         distinct.dedup();
-        let next = WeightTable::from_entries(entries.iter().copied(), default_weight);
         if !self.within_class_limit(&next) {
             return Err(Error::TooManyWeightClasses);
         }
