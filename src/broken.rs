@@ -55,6 +55,9 @@ pub enum Break {
     /// A parker re-reads the wheel's cursor with a load instead of a read-modify-write, so it
     /// can miss an advance that drained its bucket before its push landed.
     Wheel,
+    /// A caller that left a tenant to another caller serving it answers `Empty` for as long as
+    /// it remembers it, whatever its wait saw, and never forgets it.
+    Left,
 }
 
 thread_local! {

@@ -96,7 +96,7 @@ impl Visitor {
         )
     }
 
-    fn tenant(self) -> u32 {
+    pub(crate) fn tenant(self) -> u32 {
         self.0 as u32
     }
 

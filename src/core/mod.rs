@@ -94,8 +94,8 @@ enum Taken {
     Tenant(SlotId, bool),
     /// Another granter holds the class's tenants, longer than a spin.
     Held,
-    /// Another caller keeps serving the class's visitor.
-    Busy,
+    /// Another caller keeps serving the class's visitor, this tenant.
+    Busy(SlotId),
 }
 
 /// The wide slot is empty.
@@ -711,6 +711,15 @@ impl<H: Hooks> Core<H> {
 
     /// One round of `next_grant`; `None` when a wide request was just held (look again).
     fn grant_once(&self, now: u64) -> Option<NextGrant> {
+        // A caller that last left a tenant to the caller serving it waits as long as it would
+        // on that visitor, reading only that tenant's grant count: while the server goes on,
+        // it answers `Empty` without touching the lines the server writes.
+        if self
+            .tenants
+            .granted_while_waiting(|| crate::sync::spin(OWNED_WAIT_HINTS))
+        {
+            return Some(NextGrant::Empty);
+        }
         // A read: the permit itself is taken with the grant (`Permits::grant`).
         match self.permits.capacity() {
             Capacity::Free => {}
@@ -774,10 +783,11 @@ impl<H: Hooks> Core<H> {
                 let (t, new_visit) = match self.take_tenant(class, leave_to_owner) {
                     Taken::Tenant(t, new_visit) => (t, new_visit),
                     Taken::Held => break None,
-                    Taken::Busy => {
+                    Taken::Busy(t) => {
                         // Its last granter is serving it again and again: leave it to that
                         // caller rather than serve another class out of turn.
                         self.classes.refund(class, total, &weights);
+                        self.tenants.leave_to_server(t);
                         return Some(NextGrant::Empty);
                     }
                 };
@@ -925,7 +935,7 @@ impl<H: Hooks> Core<H> {
         crate::sync::spin(OWNED_WAIT_HINTS);
         match self.classes.steal(class, visitor) {
             Some((t, new_visit)) => Taken::Tenant(t, new_visit),
-            None => Taken::Busy,
+            None => Taken::Busy(visitor.tenant()),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::types::Reason;
 
 /// Rows in the process-wide bitmap (at most one word). Fewer under loom, whose models then
 /// also reach the shared line.
-const ROWS: usize = if cfg!(loom) { 2 } else { 64 };
+pub(crate) const ROWS: usize = if cfg!(loom) { 2 } else { 64 };
 /// The bits of the rows.
 const ALL_ROWS: u64 = u64::MAX >> (64 - ROWS);
 

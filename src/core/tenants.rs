@@ -31,7 +31,7 @@
 use crate::core::hooks::SlotId;
 use crate::core::ring::TenantQueue;
 use crate::limits::FACTOR_ONE;
-use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, CachePadded, Ordering};
 use crate::table::Table;
 
 const QUEUED_ONE: u64 = 1;
@@ -311,6 +311,11 @@ pub(crate) struct TenantTable {
     active: AtomicU64,
     /// Debug probe: slots inspected by lookups and grants (counted in debug builds only).
     touches: AtomicU64,
+    /// Per calling thread (its statistics row, `tally::row`): the tenant it last left to the
+    /// caller serving it, or `NIL` (`granted_while_waiting`).
+    left: Box<[CachePadded<AtomicU32>]>,
+    /// Rows whose `left` holds a tenant: while 0, a call skips the thread-local lookup.
+    leaving: CachePadded<AtomicU32>,
 }
 
 impl TenantTable {
@@ -325,7 +330,68 @@ impl TenantTable {
             idle_ns,
             active: AtomicU64::new(0),
             touches: AtomicU64::new(0),
+            left: (0..crate::core::tally::ROWS)
+                .map(|_| CachePadded::new(AtomicU32::new(NIL)))
+                .collect(),
+            leaving: CachePadded::new(AtomicU32::new(0)),
         }
+    }
+
+    /// This caller found tenant `t` served again and again by another caller and left it to
+    /// that caller (`Core::wait_for_visitor`): its next call looks at `t` first.
+    pub(crate) fn leave_to_server(&self, t: SlotId) {
+        if let Some(row) = crate::core::tally::row() {
+            // Relaxed: only this thread reads or writes its row.
+            if self.left[row].swap(t, Ordering::Relaxed) == NIL {
+                // Relaxed: a count each thread reads for its own row's sake, and a thread's
+                // own increment is visible to it (coherence).
+                self.leaving.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the tenant this caller last left to another caller is granted again while it
+    /// waits (`wait`): that caller is still serving it, so this one has nothing to take and
+    /// answers `Empty` having read one line, where a full pick would read the permits, the
+    /// classes and the visitor slots the server writes on every grant. When it is not (or no
+    /// tenant was left), the tenant is forgotten and the caller picks as usual, so a server
+    /// that went away is taken over by the full pick's steal.
+    #[inline]
+    pub(crate) fn granted_while_waiting(&self, wait: impl FnOnce()) -> bool {
+        // Relaxed: see `leave_to_server`; 0 unless some caller left a tenant.
+        if self.leaving.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.granted_while_waiting_slow(wait)
+    }
+
+    #[inline(never)]
+    fn granted_while_waiting_slow(&self, wait: impl FnOnce()) -> bool {
+        let Some(row) = crate::core::tally::row() else {
+            return false;
+        };
+        // Relaxed: only this thread reads or writes its row.
+        let t = self.left[row].load(Ordering::Relaxed);
+        let Some(slot) = self.slots.get(t as usize) else {
+            return false; // NIL: none left
+        };
+        // Relaxed, both: a hint. A stale read answers one `Empty` too many or too few, and
+        // the full pick decides what is taken; only a change counts, never a value, so
+        // nothing here waits on a store becoming visible.
+        let before = slot.grants_total.load(Ordering::Relaxed);
+        wait();
+        if slot.grants_total.load(Ordering::Relaxed) != before {
+            return true;
+        }
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::Left) {
+            // Broken on purpose: keeps answering `Empty` after its server went away.
+            return true;
+        }
+        self.left[row].store(NIL, Ordering::Relaxed);
+        // Relaxed: see `leave_to_server`.
+        self.leaving.fetch_sub(1, Ordering::Relaxed);
+        false
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -710,6 +776,63 @@ impl TenantTable {
             debug_assert!(before > 0, "active tenants below zero");
         }
         Counts(previous)
+    }
+}
+
+/// Loom model of a caller that left a tenant to the caller serving it (run by
+/// `loom-tests/run.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// This thread left tenant 0 to a server, which grants it twice more and stops. Each of
+    /// this thread's calls answers from what it left (`Empty`) only when it saw a grant during
+    /// its wait, so never more often than the server granted; once the server has stopped, the
+    /// next call forgets the tenant (the caller picks as usual) and the count of rows that left
+    /// one is back to 0.
+    #[test]
+    fn a_tenant_left_to_its_server_holds_a_caller_off_only_while_it_is_granted() {
+        loom::model(|| {
+            let table = Arc::new(TenantTable::new(1, 2, 0));
+            crate::core::tally::row();
+            table.leave_to_server(0);
+            let server = {
+                let table = Arc::clone(&table);
+                thread::spawn(move || {
+                    let slot = table.slot(0);
+                    for _ in 0..2 {
+                        // A load and a store, as the turn holder records a grant.
+                        let total = slot.grants_total.load(Ordering::Relaxed);
+                        slot.grants_total.store(total + 1, Ordering::Relaxed);
+                    }
+                })
+            };
+            let mut empties = 0;
+            while table.granted_while_waiting(thread::yield_now) {
+                empties += 1;
+                assert!(empties <= 2, "held off more often than the server granted");
+            }
+            server.join().unwrap();
+            assert!(
+                !table.granted_while_waiting(thread::yield_now),
+                "held off after the server stopped"
+            );
+            // Relaxed: this thread's own writes.
+            assert_eq!(table.leaving.load(Ordering::Relaxed), 0);
+        });
+    }
+
+    /// A caller that keeps answering `Empty` while it remembers a tenant.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic(expected = "held off")]
+    fn broken_left_is_caught() {
+        crate::broken::with(
+            crate::broken::Break::Left,
+            a_tenant_left_to_its_server_holds_a_caller_off_only_while_it_is_granted,
+        );
     }
 }
 

@@ -1,0 +1,98 @@
+//! A caller left waiting on a hot tenant takes it over when the caller serving it stops.
+//!
+//! Two callers on one tenant with a shallow queue: one of them serves it grant after grant, and
+//! the other, finding it served again each time it looks, leaves it to that caller and answers
+//! `Empty` having read only the tenant's grant count. That shortcut must never outlive the
+//! server: once the server stops, the waiting caller's very next calls take the tenant over and
+//! grant every request left, so a drain on its thread (which stops at the first `Empty`) leaves
+//! nothing queued.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use fairq::{Config, Engine, NextGrant, Outcome};
+
+const ROUNDS: usize = 20;
+const SERVER_GRANTS: u64 = 5_000;
+
+/// Enqueues for `tenant`, then asks until a grant comes, which it completes.
+fn cycle(engine: &Engine, tenant: &str) {
+    queued(engine, &request(tenant), 0);
+    loop {
+        match engine.next_grant_at(0) {
+            NextGrant::Granted(g) => {
+                engine
+                    .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                    .unwrap();
+                return;
+            }
+            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
+            NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_caller_left_waiting_takes_over_when_the_server_stops() {
+    for tenants in [&["hot"][..], &["hot", "light"][..]] {
+        for _ in 0..ROUNDS {
+            let engine = Arc::new(engine(Config {
+                max_tenants: 4,
+                tenant_queue_capacity: 4,
+                queue_capacity: 8,
+                max_in_flight: 2,
+                max_wait_ms: 3_600_000,
+                ..Config::default()
+            }));
+            if tenants.len() == 2 {
+                engine.set_weight("hot", 8).unwrap();
+            }
+            for tenant in tenants {
+                queued(&engine, &request(tenant), 0);
+            }
+            let server_done = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    for i in 0..SERVER_GRANTS {
+                        cycle(&engine, tenants[i as usize % tenants.len()]);
+                    }
+                    // Release: the server's last grant and completion come before the waiter's
+                    // drain.
+                    server_done.store(true, Ordering::Release);
+                });
+                scope.spawn(|| {
+                    // Acquire: pairs with the server's Release.
+                    while !server_done.load(Ordering::Acquire) {
+                        match engine.next_grant_at(0) {
+                            NextGrant::Granted(g) => {
+                                engine
+                                    .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                                    .unwrap();
+                                let name = tenants.iter().find(|&&t| key(t) == g.tenant);
+                                queued(&engine, &request(name.expect("a known tenant")), 0);
+                            }
+                            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
+                            NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
+                        }
+                    }
+                    // The server has stopped for good: everything left is this caller's to
+                    // grant, and an `Empty` before the queue is empty ends the drain early.
+                    let drained = drain(&engine, 0, 100);
+                    assert_eq!(drained.expired, 0);
+                    let stats = engine.stats();
+                    assert_eq!(
+                        stats.queued, 0,
+                        "the waiting caller answered Empty with requests queued and no other \
+                         caller left: {drained:?}, {stats:?}"
+                    );
+                });
+            });
+            let stats = engine.stats();
+            assert_eq!((stats.queued, stats.in_flight), (0, 0), "{stats:?}");
+            assert_eq!(stats.ended(), stats.enqueued, "{stats:?}");
+        }
+    }
+}
