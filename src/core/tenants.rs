@@ -343,8 +343,9 @@ impl TenantTable {
         if let Some(row) = crate::core::tally::row() {
             // Relaxed: only this thread reads or writes its row.
             if self.left[row].swap(t, Ordering::Relaxed) == NIL {
-                // Relaxed: a count each thread reads for its own row's sake, and a thread's
-                // own increment is visible to it (coherence).
+                // Relaxed: a thread reads the count only for its own row's sake, and sees the
+                // increments made for that row: its own (coherence), or its row's previous
+                // holder's (ordered by the row's hand-off, `tally::row`).
                 self.leaving.fetch_add(1, Ordering::Relaxed);
             }
         }
