@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use fairq::{Config, Engine, NextGrant, Outcome};
+use fairq::{Config, Engine, NextGrant, Outcome, TenantKey};
 
 const ROUNDS: usize = 20;
 
@@ -26,20 +26,26 @@ fn server_grants() -> u64 {
         .unwrap_or(5_000)
 }
 
-/// Enqueues for `tenant`, then asks until a grant comes, which it completes.
+/// One `next_grant`: a grant is completed at once and its tenant returned; `None` when there
+/// was nothing to grant.
+fn grant_one(engine: &Engine) -> Option<TenantKey> {
+    match engine.next_grant_at(0) {
+        NextGrant::Granted(g) => {
+            engine
+                .complete_at(g.ticket, Outcome::Admitted, None, 0)
+                .unwrap();
+            Some(g.tenant)
+        }
+        NextGrant::Empty | NextGrant::AtCapacity => None,
+        NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
+    }
+}
+
+/// Enqueues for `tenant`, then asks until a grant comes.
 fn cycle(engine: &Engine, tenant: &str) {
     queued(engine, &request(tenant), 0);
-    loop {
-        match engine.next_grant_at(0) {
-            NextGrant::Granted(g) => {
-                engine
-                    .complete_at(g.ticket, Outcome::Admitted, None, 0)
-                    .unwrap();
-                return;
-            }
-            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
-            NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
-        }
+    while grant_one(engine).is_none() {
+        std::hint::spin_loop();
     }
 }
 
@@ -75,16 +81,12 @@ fn a_caller_left_waiting_takes_over_when_the_server_stops() {
                 scope.spawn(|| {
                     // Acquire: pairs with the server's Release.
                     while !server_done.load(Ordering::Acquire) {
-                        match engine.next_grant_at(0) {
-                            NextGrant::Granted(g) => {
-                                engine
-                                    .complete_at(g.ticket, Outcome::Admitted, None, 0)
-                                    .unwrap();
-                                let name = tenants.iter().find(|&&t| key(t) == g.tenant);
+                        match grant_one(&engine) {
+                            Some(granted) => {
+                                let name = tenants.iter().find(|&&t| key(t) == granted);
                                 queued(&engine, &request(name.expect("a known tenant")), 0);
                             }
-                            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
-                            NextGrant::Expired(e) => panic!("nothing expires here: {e:?}"),
+                            None => std::hint::spin_loop(),
                         }
                     }
                     // The server has stopped for good: everything left is this caller's to

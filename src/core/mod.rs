@@ -700,6 +700,15 @@ impl<H: Hooks> Core<H> {
             .advance(&self.tenants, now, |t| self.place(t, None, false, now));
         self.hooks
             .blocked_due(now, &mut |t| self.place(t, None, false, now));
+        // A caller that last left a tenant to the caller serving it waits as long as it would
+        // on that visitor, reading only that tenant's grant count: while the server goes on,
+        // it answers `Empty` without touching the lines the server writes.
+        if self
+            .tenants
+            .granted_while_waiting(|| crate::sync::spin(OWNED_WAIT_HINTS))
+        {
+            return NextGrant::Empty;
+        }
         loop {
             // Again only after a wide request was just held: if the grants out ended meanwhile,
             // no completion will come back for it, so the next round serves it now.
@@ -711,15 +720,6 @@ impl<H: Hooks> Core<H> {
 
     /// One round of `next_grant`; `None` when a wide request was just held (look again).
     fn grant_once(&self, now: u64) -> Option<NextGrant> {
-        // A caller that last left a tenant to the caller serving it waits as long as it would
-        // on that visitor, reading only that tenant's grant count: while the server goes on,
-        // it answers `Empty` without touching the lines the server writes.
-        if self
-            .tenants
-            .granted_while_waiting(|| crate::sync::spin(OWNED_WAIT_HINTS))
-        {
-            return Some(NextGrant::Empty);
-        }
         // A read: the permit itself is taken with the grant (`Permits::grant`).
         match self.permits.capacity() {
             Capacity::Free => {}
