@@ -6,10 +6,10 @@ and the ratios the targets are stated in.
     benches/table.py run1.json ... run7.json     # several runs of the same build, in a row
 
 The table's figures and ratios all come from one run: the only run given, or the last of several
-(BENCHMARKS.md records the last of seven in a row, so no run is picked). With several, a second
-table gives each figure's and each ratio's lowest and highest over all of them; a ratio is only
-ever taken within one run, whose contenders shared the machine's state. (A median over the runs
-would mix runs from the host's slow and fast stretches cell by cell.)
+(BENCHMARKS.md records the last of seven in a row, so no run of a batch is picked). With
+several, a second table gives each figure's and each ratio's lowest and highest over all of
+them; a ratio is only ever taken within one run, whose contenders shared the machine's state.
+(A median over the runs would mix runs from the host's slow and fast stretches cell by cell.)
 """
 import json
 import sys
