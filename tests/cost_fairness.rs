@@ -187,9 +187,10 @@ const CLASS_BOUND: f64 = 1.25;
 const TENANT_BOUND: f64 = 1.75;
 /// With tenants leaving and rejoining, over every stretch in which the set of backlogged tenants
 /// stays the same, counted from the stretch's start: a tenant may bring up to its standing lag
-/// into the stretch, so the bound is about twice the one above. (A tenant that goes idle has its
-/// lag forgiven: it rejoins level, and the others absorb it.)
-const REJOIN_BOUND: f64 = 2.5;
+/// into the stretch, and a rejoining tenant may run up to three of its grants ahead through the
+/// light-tenant lane. (A tenant that goes idle has its lag forgiven: it rejoins level, and the
+/// others absorb it.) The survey below finds 3.8 at worst over 3000 random cases.
+const REJOIN_BOUND: f64 = 4.0;
 
 fn assert_within(d: &Deviation, class: f64, tenant: f64, what: &str) {
     assert!(

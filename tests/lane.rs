@@ -167,7 +167,9 @@ fn a_tenant_with_most_of_the_weight_that_keeps_coming_back_gets_no_more_than_its
 
 /// Idle time banks nothing: a weight-1 tenant that was idle while a weight-8 tenant took 500
 /// grants, and comes back with ten requests at once, gets its first one at once (the lane) and
-/// then shares by weight, 1 in 9, instead of making up for the time it was away.
+/// then shares by weight, 1 in 9, instead of making up for the time it was away: over the next
+/// 19 grants it gets its share (about 2) and at most the lane's lead of three grants, however
+/// long it was away.
 #[test]
 fn idle_time_banks_nothing() {
     let engine = engine(config(true, 1));
@@ -192,7 +194,7 @@ fn idle_time_banks_nothing() {
         assert!(served[0], "round {round}: not granted at once: {served:?}");
         let light = served.iter().filter(|&&l| l).count();
         assert!(
-            light <= 3,
+            light <= 5,
             "round {round}: {light} of 19 grants: {served:?}"
         );
         // Drain what is left of its ten (they end; the tenant goes idle again).

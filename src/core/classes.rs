@@ -181,6 +181,9 @@ pub(crate) struct Class {
     /// A hint: the tenant granted last in this class, or `NIL` (`Core::prefetch_successor`).
     #[cfg_attr(loom, allow(dead_code))]
     last_granted: AtomicU32,
+    /// Of the ready tenants, those waiting in the light-tenant lane: a class whose every ready
+    /// tenant is there has nothing for the rotation.
+    in_lane: AtomicI64,
     /// Ready tenants, in round-robin order.
     ring: ArrayQueue<u32>,
 }
@@ -357,6 +360,7 @@ impl Classes {
                             AtomicU64::new(NO_VISITOR),
                         ]),
                         last_granted: AtomicU32::new(NIL),
+                        in_lane: AtomicI64::new(0),
                         ring: ArrayQueue::new(ring_capacity),
                     })
                 })
@@ -1016,6 +1020,15 @@ impl Classes {
         (gap / ready).clamp(1, cap)
     }
 
+    /// Starts a lane visit (`start_visit` for the lane): one visit, not counted among the
+    /// class's; the tenant's make-up count starts afresh.
+    pub(crate) fn lane_visit(&self, class: u32, last_visit: &AtomicU64) -> i64 {
+        // Relaxed: as in `start_visit`.
+        let visit = self.classes[class as usize].visits.load(Ordering::Relaxed);
+        last_visit.store(visit, Ordering::Relaxed);
+        1
+    }
+
     /// Tenants counted ready in `class` (in its ring, visiting, or held by a granter).
     pub(crate) fn ready(&self, class: usize) -> i64 {
         // Relaxed: a hint for a bounded wait; the ring decides.
@@ -1032,13 +1045,13 @@ impl Classes {
         #[cfg(fairq_broken)]
         if lane && crate::broken::on(crate::broken::Break::Lane) {
             // Broken on purpose: handed to the lane before it is counted ready.
-            self.lane.push(class_id, tenant);
+            self.lane_push(class_id, tenant);
             self.count_ready(class_id, slot);
             return;
         }
         self.count_ready(class_id, slot);
         if lane {
-            self.lane.push(class_id, tenant);
+            self.lane_push(class_id, tenant);
             return;
         }
         // The ring holds every tenant at most once and is sized for all of them.
@@ -1066,13 +1079,58 @@ impl Classes {
             .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
+    /// Hands `tenant`, counted ready in `class` and just served from the lane, back to its tail.
+    pub(crate) fn requeue_lane(&self, class: u32, tenant: u32) {
+        self.lane_push(class, tenant);
+    }
+
+    /// Hands `tenant`, counted ready in `class`, to the light-tenant lane.
+    fn lane_push(&self, class: u32, tenant: u32) {
+        // Relaxed: a hint for the rotation's turn (`lane_only`); counted before the push, so it
+        // is never below what the lane holds.
+        self.classes[class as usize]
+            .in_lane
+            .fetch_add(1, Ordering::Relaxed);
+        self.lane.push(class, tenant);
+    }
+
     /// The next tenant of the light-tenant lane and the class it is counted in, if any. The
     /// caller holds its turn.
     pub(crate) fn take_lane(&self) -> Option<(u32, u32)> {
         if self.lane.is_empty() {
             return None;
         }
-        self.lane.take()
+        let (class, tenant) = self.lane.take()?;
+        // Relaxed: as in `lane_push`.
+        self.classes[class as usize]
+            .in_lane
+            .fetch_sub(1, Ordering::Relaxed);
+        Some((class, tenant))
+    }
+
+    /// Whether the light-tenant lane holds no tenant.
+    #[inline]
+    pub(crate) fn lane_is_empty(&self) -> bool {
+        self.lane.is_empty()
+    }
+
+    /// The light-tenant lane.
+    pub(crate) fn lane(&self) -> &Lane {
+        &self.lane
+    }
+
+    /// The classes whose every ready tenant waits in the lane, one bit each: the rotation's turn
+    /// skips them (their ring is empty, and a pick would only spin on it).
+    pub(crate) fn lane_only(&self) -> u64 {
+        let mut mask = 0;
+        for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
+            // Relaxed: a snapshot, as in `step`; a stale count costs one pick or one turn.
+            let ready = class.ready.load(Ordering::Relaxed);
+            if ready > 0 && ready <= class.in_lane.load(Ordering::Relaxed) {
+                mask |= 1 << c;
+            }
+        }
+        mask
     }
 
     /// Counts `cost` units granted in `class` (the lane's clock).
@@ -1237,14 +1295,7 @@ impl Classes {
         slot: &TenantSlot,
     ) {
         let class = &self.classes[class as usize];
-        let factor = slot.factor.load(Ordering::Relaxed);
-        let counted = slot.counted_factor.load(Ordering::Relaxed);
-        if factor != counted {
-            slot.counted_factor.store(factor, Ordering::Relaxed);
-            class
-                .derate
-                .fetch_add(i64::from(counted) - i64::from(factor), Ordering::Relaxed);
-        }
+        Self::recount_factor(class, slot);
         // The class's only ready tenant (the holder counts it) would be its ring's head: it
         // waits in `FIRST` instead, where the caller that just served it takes it back without
         // another caller pulling its lines across (`Take::Owned`). A tenant whose visit
@@ -1266,6 +1317,42 @@ impl Classes {
         }
         let pushed = class.ring.push(tenant);
         debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// Puts a held tenant that was taken but not served back where `take` found it, as far as
+    /// it can: in the visitor slot of its visit (`new_visit`), else at the ring's tail.
+    pub(crate) fn put_back_unserved(
+        &self,
+        class: u32,
+        tenant: u32,
+        new_visit: bool,
+        slot: &TenantSlot,
+    ) {
+        let class = &self.classes[class as usize];
+        Self::recount_factor(class, slot);
+        // Relaxed: written only by the turn holder, which we are.
+        let seq = slot.grants_total.load(Ordering::Relaxed);
+        let visitor = Visitor::new(tenant, new_visit, owner_tag(), seq);
+        // Release: as in `put_back`.
+        if class.visiting[visitor.slot()]
+            .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            let pushed = class.ring.push(tenant);
+            debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+        }
+    }
+
+    /// A factor changed since the held tenant `slot` was counted in `class` is counted again.
+    fn recount_factor(class: &Class, slot: &TenantSlot) {
+        let factor = slot.factor.load(Ordering::Relaxed);
+        let counted = slot.counted_factor.load(Ordering::Relaxed);
+        if factor != counted {
+            slot.counted_factor.store(factor, Ordering::Relaxed);
+            class
+                .derate
+                .fetch_add(i64::from(counted) - i64::from(factor), Ordering::Relaxed);
+        }
     }
 
     /// A held tenant leaves `class`'s ready set (parked, idle or moving class).

@@ -1,34 +1,44 @@
-//! The light-tenant lane: a tenant that becomes ready below its fair share is served at the next
-//! grant, ahead of the weight classes' rotation, for one visit; then it joins its class's ring.
+//! The light-tenant lane: tenants at or below their fair share are served ahead of the weight
+//! classes' rotation, and the rotation's tenants that fall behind theirs go before the lane.
+//! Together they make one discipline, stated with its bound in `docs/design.md` ("Scheduling
+//! discipline").
 //!
 //! # Why
 //! SWRR over the classes gives backlogged tenants exact shares, but a tenant that asks for less
 //! than its share, and so keeps going idle, would wait on each return for its class's SWRR turn
-//! behind the backlogged classes, and in its class's ring behind a noisy tenant of the same
-//! weight. Those are the tenants a noisy neighbour hurts. The lane is fq_codel's new-flows list
-//! (RFC 8290, section 4) with start-time fair queueing's rule for who may use it.
+//! behind the backlogged classes. Those are the tenants a noisy neighbour hurts. The lane is
+//! fq_codel's new-flows list (RFC 8290, section 4) with start-time fair queueing's rule for who
+//! may use it, and, as in fq_codel, it must not starve the others: when most arrivals come from
+//! tenants with nothing queued, a lane with strict priority overtakes the queued requests again
+//! and again.
 //!
-//! # Who enters: a virtual clock
+//! # A virtual clock
 //! - The clock `V` is the cost units granted so far, all classes together
 //!   ([`Classes::served`]).
-//! - A grant of cost `c` to tenant `t`, picked while the ready tenants' weights summed to `W`
-//!   (the pick's SWRR total) and `t`'s own weight was `w`, adds `I = c · W / w` to `t`'s finish
-//!   time `F`: the cost units the engine grants while `t` gets `c` at its fair share. A tenant
-//!   served at exactly its share keeps `F` level with `V`; one served above it runs ahead.
-//! - When a tenant becomes ready (from idle, a Retry-After or a full pool) it enters the lane if
-//!   `F − 2·I < V`, `I` being what its last grant added: it is less than two such grants ahead
-//!   of its fair share. `F` is then raised to `V` if behind, so idle time banks nothing.
-//!   Otherwise it joins its class's ring.
-//! - A lane grant is one ordinary visit (DRR credit, quantum, hooks) and is not charged to the
-//!   classes' SWRR credits, so the backlogged classes keep exact weighted shares of what the
-//!   light tenants leave.
+//! - A grant of cost `c` to tenant `t`, made while the ready tenants' weights summed to `W` and
+//!   `t`'s own weight was `w`, starts at `S = max(F, V)` and moves `t`'s finish time to
+//!   `F = S + I`, `I = c · W / w`: the cost units the engine grants while `t` gets `c` at its
+//!   share. A tenant behind the clock starts level with it: a lag is not carried forward.
 //!
-//! So through the lane a tenant is never more than three grants ahead of its fair share (the two
-//! of slack and the lane grant), however often it goes idle and comes back: the lead does not
-//! grow with the number of idle periods. A new
-//! tenant starts at `F = I = 0` and enters once the engine has granted anything; tenants queued
-//! before the first grant go through the rotation, so every tenant backlogged from the start
-//! gets SWRR's exact windows.
+//! # Who is in the lane
+//! A tenant with a request ready is in the lane when it is less than two grants ahead of its
+//! share, `F − 2·I < V` (`I` what its last grant added): when it becomes ready (from idle, a
+//! Retry-After or a full pool; `F` is then raised to `V` if behind), and again after each lane
+//! grant while it still has a request (`within_share`). Otherwise it waits in its class's ring.
+//! The lane is first in, first out: among light tenants, arrival order. A lane grant is one
+//! ordinary visit (DRR credit, quantum, hooks), not charged to the classes' SWRR credits and not
+//! counted among the class's visits, so the backlogged classes keep exact weighted shares of
+//! what the light tenants leave. Through the lane a tenant is never more than three grants
+//! ahead of its share (the two of slack and the grant itself), however often it comes back.
+//!
+//! # When the rotation goes first
+//! While the lane holds tenants, the rotation's next tenant goes before it when it is due: the
+//! engine has granted, since that tenant's last grant began, its share of its head's cost at
+//! today's weights (`S + I' < V`), and either the lane granted as much since the rotation last
+//! granted, or the tenant is half an interval later still (`due`). A rotation tenant ahead of
+//! its share keeps its place and the lane goes on. So a queued request is held back by the
+//! lane for at most one and a half of its tenant's intervals past its share, and light tenants
+//! keep the next grant as long as the lane serves them in short bursts.
 //!
 //! Fleet mode steers each replica's shares through effective weights, that is through the
 //! rotation, which lane grants skip; the first `set_fleet_factor` turns the lane off.
@@ -38,14 +48,15 @@
 //! `V` may run a little slow, which only makes the lane stricter.
 
 use crate::core::tenants::TenantSlot;
-use crate::sync::{ArrayQueue, Ordering};
+use crate::sync::{ArrayQueue, AtomicU64, Ordering};
 
 #[cfg(doc)]
 use crate::core::classes::Classes;
 
-/// How far ahead of its fair share a tenant may be and still enter the lane, in grants like its
+/// How far ahead of its fair share a tenant may be and still be in the lane, in grants like its
 /// last one. Two, not one: a light tenant's requests come in clusters (several clients at once),
-/// and with one the cluster's later requests missed the lane more often (`docs/design.md`, "The light-tenant lane").
+/// and with one the cluster's later requests went to the ring, behind the backlogged tenants
+/// (`docs/design.md`, "Scheduling discipline").
 const SLACK_GRANTS: u64 = 2;
 
 /// Finish times and intervals are kept in 1/`TAG_UNIT` cost units: in whole units, a tenant
@@ -57,12 +68,15 @@ const TAG_UNIT: u64 = 1024;
 pub(crate) struct Lane {
     /// `class << 32 | tenant`. Every tenant is in it at most once (its turn holder pushed it).
     ring: ArrayQueue<u64>,
+    /// The cost the lane granted since the rotation last granted, in 1/`TAG_UNIT` units.
+    streak: AtomicU64,
 }
 
 impl Lane {
     pub(crate) fn new(tenants: usize) -> Lane {
         Lane {
             ring: ArrayQueue::new(tenants.max(1)),
+            streak: AtomicU64::new(0),
         }
     }
 
@@ -80,6 +94,28 @@ impl Lane {
         self.ring.try_pop().map(|e| ((e >> 32) as u32, e as u32))
     }
 
+    /// A grant of `cost`, by the lane or (`lane` false) by the rotation.
+    #[inline]
+    pub(crate) fn granted(&self, cost: u32, lane: bool) {
+        // Relaxed: a turn hint (`due`); a lost update moves one grant between the lane and the
+        // rotation, and each serves when the other has nothing, so no ordering carries progress.
+        let streak = self.streak.load(Ordering::Relaxed);
+        if lane {
+            let add = u64::from(cost).saturating_mul(TAG_UNIT);
+            self.streak
+                .store(streak.saturating_add(add), Ordering::Relaxed);
+        } else if streak != 0 {
+            // Written only when it changes: the rotation's grants only read the line.
+            self.streak.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The cost the lane granted since the rotation last granted.
+    pub(crate) fn streak(&self) -> u64 {
+        // Relaxed: as in `granted`.
+        self.streak.load(Ordering::Relaxed)
+    }
+
     /// A cheap look before `take`: an empty `ArrayQueue::pop` runs a fence.
     pub(crate) fn is_empty(&self) -> bool {
         self.ring.is_empty()
@@ -88,11 +124,24 @@ impl Lane {
 
 /// Holder: charges tenant `slot` for a grant of `cost` picked at SWRR total `total`.
 #[inline]
-pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64) {
-    let weight = slot.effective_weight().max(1);
+pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64, now_v: u64) {
+    let interval = scaled_interval(cost, total, slot.effective_weight() as i64);
+    // Relaxed load + store: the tags are the turn holder's, handed over with the turn.
+    let finish = slot.lane_finish.load(Ordering::Relaxed);
+    // The grant starts at the clock if the tenant is behind it: a lag is not carried forward.
+    let start = finish.max(now_v.saturating_mul(TAG_UNIT));
+    slot.lane_finish
+        .store(start.saturating_add(interval), Ordering::Relaxed);
+    slot.lane_interval.store(interval, Ordering::Relaxed);
+}
+
+/// `cost · total / weight` in 1/`TAG_UNIT` units, rounded up: what the engine grants while a
+/// flow of `weight` among ready weights `total` gets `cost` at its share.
+fn scaled_interval(cost: u32, total: i64, weight: i64) -> u64 {
+    let weight = weight.max(1) as u64;
     let total = (total.max(0) as u64).max(weight);
-    let interval = if total == weight {
-        // The only ready tenant (the common case with few tenants): no division.
+    if total == weight {
+        // The only ready flow (the common case with few tenants): no division.
         u64::from(cost) * TAG_UNIT
     } else {
         // Rounded up: rounded down, the error would add up over a tenant's grants and let it
@@ -105,12 +154,7 @@ pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64) {
                 u64::try_from(exact).unwrap_or(u64::MAX)
             }
         }
-    };
-    // Relaxed load + store: the tags are the turn holder's, handed over with the turn.
-    let finish = slot.lane_finish.load(Ordering::Relaxed);
-    slot.lane_finish
-        .store(finish.saturating_add(interval), Ordering::Relaxed);
-    slot.lane_interval.store(interval, Ordering::Relaxed);
+    }
 }
 
 /// Holder: whether tenant `slot`, becoming ready at virtual time `now_v`, enters the lane; if
@@ -127,4 +171,31 @@ pub(crate) fn admits(slot: &TenantSlot, now_v: u64) -> bool {
         slot.lane_finish.store(now_v, Ordering::Relaxed);
     }
     true
+}
+
+/// Holder: whether tenant `slot`, taken by the rotation with a head of `cost` while the lane
+/// holds tenants, goes before the lane. Its next grant is due once the engine has granted its
+/// share of `cost` at the ready weight `total` since its last grant began (`start + I < V`).
+/// A due tenant goes first once the lane has granted that much since the rotation's last
+/// grant (`streak`), and in any case once it is half an interval later still: the lane keeps
+/// light tenants first while it serves in short bursts, and never holds a due tenant back for
+/// more than one and a half of its intervals.
+pub(crate) fn due(slot: &TenantSlot, cost: u32, total: i64, now_v: u64, streak: u64) -> bool {
+    // Relaxed: as in `charge`.
+    let finish = slot.lane_finish.load(Ordering::Relaxed);
+    let start = finish.saturating_sub(slot.lane_interval.load(Ordering::Relaxed));
+    let next = scaled_interval(cost, total, slot.effective_weight() as i64);
+    let now = now_v.saturating_mul(TAG_UNIT);
+    let due = start.saturating_add(next) < now;
+    let late = start.saturating_add(next.saturating_add(next / 2)) < now;
+    late || (due && streak > next)
+}
+
+/// Holder: whether tenant `slot`, ready again right after a lane grant, is still less than two
+/// grants ahead of its share at virtual time `now_v`.
+pub(crate) fn within_share(slot: &TenantSlot, now_v: u64) -> bool {
+    let now_v = now_v.saturating_mul(TAG_UNIT);
+    let finish = slot.lane_finish.load(Ordering::Relaxed);
+    let interval = slot.lane_interval.load(Ordering::Relaxed);
+    finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) < now_v
 }

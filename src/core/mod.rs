@@ -759,15 +759,32 @@ impl<H: Hooks> Core<H> {
                 }
             }
         }
-        if self.limits.light_lane {
-            if let Some(answer) = self.serve_lane(now) {
-                return answer;
-            }
-        }
+        // With tenants in the lane, the rotation goes first only with a tenant behind its share
+        // (a due one); the rotation's tenants ahead of their share wait for the lane (`lane.rs`).
+        let mut rotation_first = self.limits.light_lane && !self.classes.lane_is_empty();
+        let (now_v, ready_now) = if rotation_first {
+            (self.classes.served(), self.classes.view().total())
+        } else {
+            (0, 0)
+        };
         let mut weights = ClassWeights::new();
-        let mut exclude = 0u64;
-        loop {
+        let mut exclude = if rotation_first {
+            self.classes.lane_only()
+        } else {
+            0
+        };
+        'pick: loop {
             let Some((class, total)) = self.classes.pick(exclude, &mut weights) else {
+                if rotation_first {
+                    // Nothing outside the lane: the lane's turn, then the classes it skipped
+                    // (their counts may have been stale).
+                    if let Some(answer) = self.serve_lane(now) {
+                        return answer;
+                    }
+                    rotation_first = false;
+                    exclude = 0;
+                    continue;
+                }
                 return Some(NextGrant::Empty);
             };
             // The class serves the pick: its ring's next tenant whose DRR credit covers its
@@ -778,9 +795,26 @@ impl<H: Hooks> Core<H> {
             // holds a majority of a pick, so callers seldom wait on each other's tenants, and
             // then for one bounded wait.
             let leave_to_owner = 2 * weights.get(class).copied().unwrap_or(0) > total;
+            // The lane's tags are charged against every ready tenant's weight, the lane's too.
+            let ready_total = if exclude != 0 {
+                self.classes.view().total()
+            } else {
+                total
+            };
             let mut spent = 0;
             let served = loop {
                 let (t, new_visit) = match self.take_tenant(class, leave_to_owner) {
+                    Taken::Tenant(t, new_visit)
+                        if rotation_first && !self.due(t, now_v, ready_now) =>
+                    {
+                        // Ahead of its share: the lane goes before it, and it keeps its place.
+                        let slot = self.tenants.slot(t);
+                        self.classes
+                            .put_back_unserved(class as u32, t, new_visit, slot);
+                        self.classes.refund(class, total, &weights);
+                        exclude |= 1 << class;
+                        continue 'pick;
+                    }
                     Taken::Tenant(t, new_visit) => (t, new_visit),
                     Taken::Held => break None,
                     Taken::Busy(t) => {
@@ -795,7 +829,7 @@ impl<H: Hooks> Core<H> {
                     t,
                     class as ClassId,
                     Visit::of(new_visit),
-                    total,
+                    ready_total,
                     now,
                     &mut None,
                 ) {
@@ -872,7 +906,8 @@ impl<H: Hooks> Core<H> {
             _ => {}
         }
         if self.limits.light_lane {
-            lane::charge(slot, cost, total);
+            lane::charge(slot, cost, total, self.classes.served());
+            self.classes.lane().granted(cost, visit == Visit::Lane);
         }
         self.classes.record_served(class, cost);
         if start != Start::Done {
@@ -1061,10 +1096,15 @@ impl<H: Hooks> Core<H> {
                     credit = credit.saturating_sub(debt.saturating_mul(i64::from(FACTOR_ONE)));
                 }
                 let quantum = i64::from(self.classes.quantum(class, cost));
-                // Visits it missed while another granter held it are made up (a few at most).
-                let owed = self
-                    .classes
-                    .start_visit(class, &slot.last_visit, MAKEUP_VISITS);
+                // Visits it missed while another granter held it are made up (a few at most). A
+                // lane visit is outside the ring's turns: it neither counts as one nor makes any
+                // up, or the ring's tenants would take the lane's visits for missed turns.
+                let owed = if visit == Visit::Lane {
+                    self.classes.lane_visit(class, &slot.last_visit)
+                } else {
+                    self.classes
+                        .start_visit(class, &slot.last_visit, MAKEUP_VISITS)
+                };
                 // A tenant at a reduced effective weight (fleet mode) earns credit in proportion.
                 let earned = quantum * owed * i64::from(slot.factor.load(Ordering::Relaxed));
                 // Debt is capped at DEBT_QUANTA quanta, so a few visits always cover the head.
@@ -1164,6 +1204,9 @@ impl<H: Hooks> Core<H> {
                 estimated_wait_ns: fields.estimated_wait,
                 remaining_budget_ns: fields.deadline.saturating_sub(now),
             };
+            if visit == Visit::Lane && self.requeue_in_lane(t, class, now) {
+                return Served::Grant(grant, cost);
+            }
             self.after_turn(t, class, true, now);
             // Hints for a prefetch, which is a no-op under loom (their atomics would only
             // multiply the interleavings the models explore), and pays only when the tenant table
@@ -1206,6 +1249,45 @@ impl<H: Hooks> Core<H> {
             return Staging::Idle;
         }
         self.stage(t, Some(class), now)
+    }
+
+    /// Holder: whether tenant `t`'s head is due (`lane::due`) at virtual time `now_v`, the
+    /// ready weight being `total`.
+    fn due(&self, t: SlotId, now_v: u64, total: i64) -> bool {
+        let slot = self.tenants.slot(t);
+        let head = Ticket(slot.staged.load(Ordering::Relaxed));
+        let cost = self.tickets.fields(head).map_or(1, |fields| fields.cost);
+        lane::due(slot, cost, total, now_v, self.classes.lane().streak())
+    }
+
+    /// After a lane grant: a tenant with a ready head that is still within its share goes back
+    /// to the lane's tail instead of its class's ring. True when it was placed (or went idle).
+    fn requeue_in_lane(&self, t: SlotId, class: ClassId, now: u64) -> bool {
+        let slot = self.tenants.slot(t);
+        let now_v = self.classes.served();
+        if !(self.lane_open.load(Ordering::Relaxed) && lane::within_share(slot, now_v)) {
+            return false;
+        }
+        // Each lane visit earns a quantum and grants once: what it left unspent is dropped, as
+        // DRR drops an emptied flow's deficit, or lane visits would bank credit for the ring.
+        // Relaxed: the turn holder's.
+        let credit = slot.credit.load(Ordering::Relaxed);
+        slot.credit.store(credit.min(0), Ordering::Relaxed);
+        match self.next_head(t, true, class, now) {
+            Staging::Staged => {}
+            Staging::Idle => {
+                self.leave_ready(t, class, now);
+                return true;
+            }
+            Staging::HandedOver => return true,
+        }
+        let head = Ticket(slot.staged.load(Ordering::Relaxed));
+        if self.tickets.not_before(head) > now || slot.class.load(Ordering::Relaxed) != class {
+            self.place(t, Some(class), false, now);
+        } else {
+            self.classes.requeue_lane(class, t);
+        }
+        true
     }
 
     /// After a grant or an expiry: stage the next head and place the tenant, or let it go idle.
