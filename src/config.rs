@@ -89,12 +89,13 @@ pub struct Config {
     /// grants out have ended, then it takes every permit. Off by default (a grant takes one
     /// permit whatever its cost). Bulkhead pools and `Stats::in_flight` still count requests.
     pub seats: bool,
-    /// The light-tenant lane: a tenant that becomes ready (from idle, after a Retry-After, or
-    /// when its pool frees) and has not had more than its fair share is served at the next grant,
-    /// ahead of the weight classes' rotation, for one visit; then it joins its class's rotation.
-    /// Backlogged tenants keep exact weighted shares of what the others leave, and through the
-    /// lane no tenant gets more than three grants ahead of its share. On by default; off, a tenant
-    /// that becomes ready always waits for its class's turn. Fleet mode turns it off once it sets
+    /// The light-tenant lane: a tenant with a request ready that is less than two grants ahead
+    /// of its fair share is served ahead of the weight classes' rotation, in arrival order among
+    /// such tenants; a tenant of the rotation that falls behind its share goes before the lane,
+    /// so no queued request is overtaken without end. Backlogged tenants keep exact weighted
+    /// shares of what the others leave, and through the lane no tenant gets more than three
+    /// grants ahead of its share (`docs/design.md`, "Scheduling discipline"). On by default;
+    /// off, every tenant waits for its class's turn. Fleet mode turns it off once it sets
     /// a tenant's effective weight (`Engine::set_fleet_factor`): fleet mode steers shares through
     /// the rotation, which lane grants skip.
     pub light_lane: bool,

@@ -79,8 +79,8 @@ enum Command {
 #[derive(Args, Clone)]
 struct SimulateArgs {
     /// Scenario TOML file, or the name of a built-in one: noisy-neighbour (the default),
-    /// tiers-steady, many-tenants, retry-storm, downstream-errors (the files of
-    /// examples/scenarios/, compiled in)
+    /// tiers-steady, many-tenants, many-light-tenants, retry-storm, downstream-errors (the files
+    /// of examples/scenarios/, compiled in)
     #[arg(long, short)]
     scenario: Option<String>,
     /// Drop this tenant group from the trace (a baseline run, e.g. `--without burster`).

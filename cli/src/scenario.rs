@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 /// The built-in scenarios, by name: the files of `examples/scenarios/`, compiled in. The first
 /// is the one a bare `fairq` (and `cargo run --release`) simulates.
-pub const BUILTIN: [(&str, &str); 5] = [
+pub const BUILTIN: [(&str, &str); 6] = [
     (
         "noisy-neighbour",
         include_str!("../../examples/scenarios/noisy-neighbour.toml"),
@@ -25,6 +25,10 @@ pub const BUILTIN: [(&str, &str); 5] = [
     (
         "many-tenants",
         include_str!("../../examples/scenarios/many-tenants.toml"),
+    ),
+    (
+        "many-light-tenants",
+        include_str!("../../examples/scenarios/many-light-tenants.toml"),
     ),
     (
         "retry-storm",

@@ -186,6 +186,43 @@ fn under_fairq_the_burst_costs_the_victims_only_milliseconds() {
     }
 }
 
+#[test]
+fn under_fairq_no_light_tenant_is_overtaken_without_end() {
+    // A thousand light tenants at 90% load: the longest a request is ready without a grant stays
+    // near drr's and ideal's (about 14 ms), where a lane with strict priority for newcomers let
+    // it reach 240 ms.
+    let out = fairq(&[
+        "simulate",
+        "-s",
+        "many-light-tenants",
+        "--schedulers",
+        "drr,fairq,ideal",
+        "--json",
+        "--no-chart",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let starved = |s| num(tenant(&doc, s, "light"), "max_starvation_ms");
+    let (drr, fairq, ideal) = (starved("drr"), starved("fairq"), starved("ideal"));
+    eprintln!("longest ready without a grant: drr {drr} ms, fairq {fairq} ms, ideal {ideal} ms");
+    assert!(
+        fairq <= 2.0 * drr.max(ideal),
+        "fairq {fairq} ms, drr {drr} ms, ideal {ideal} ms"
+    );
+    for s in ["drr", "fairq"] {
+        let p99 = num(tenant(&doc, s, "light"), "p99_wait_ms");
+        let reference = num(tenant(&doc, "ideal", "light"), "p99_wait_ms");
+        assert!(
+            p99 <= 1.5 * reference,
+            "{s}: p99 {p99} ms, ideal {reference} ms"
+        );
+    }
+}
+
 /// Per victim: (id, p95 under `scheduler`, p95 under ideal, p95 / (1.2 x ideal + 0.5 ms)).
 fn isolation_ratios(doc: &Value, scheduler: &str) -> Vec<(&'static str, f64, f64, f64)> {
     VICTIMS
@@ -508,6 +545,8 @@ fn built_in_scenario_names_work_from_any_directory() {
         "retry-storm",
         "tiers-steady",
         "many-tenants",
+        "many-light-tenants",
+        "downstream-errors",
     ] {
         let out = Command::new(BIN)
             .args([
@@ -695,6 +734,8 @@ fn every_example_scenario_runs() {
     }
     names.sort();
     for required in [
+        "downstream-errors",
+        "many-light-tenants",
         "many-tenants",
         "noisy-neighbour",
         "retry-storm",

@@ -1277,6 +1277,7 @@ impl Classes {
     }
 
     /// Cost units granted so far, all classes: the light-tenant lane's virtual clock.
+    #[inline]
     pub(crate) fn served(&self) -> u64 {
         self.classes[..self.allocated()]
             .iter()

@@ -137,6 +137,7 @@ pub(crate) fn charge(slot: &TenantSlot, cost: u32, total: i64, now_v: u64) {
 
 /// `cost · total / weight` in 1/`TAG_UNIT` units, rounded up: what the engine grants while a
 /// flow of `weight` among ready weights `total` gets `cost` at its share.
+#[inline]
 fn scaled_interval(cost: u32, total: i64, weight: i64) -> u64 {
     let weight = weight.max(1) as u64;
     let total = (total.max(0) as u64).max(weight);

@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod c_build;
 #[cfg(feature = "fleet")]
 pub mod redis_server;
+pub mod shapes;
 
 use fairq::{Config, Dimension, Engine, Enqueued, NextGrant, Outcome, Request, TenantKey, Ticket};
 
