@@ -2,8 +2,9 @@
 # Integration test of ngx_http_fairq_module against Debian's nginx: builds the module
 # (build.sh), then runs test_nginx.py (real nginx on 127.0.0.1, a temporary prefix, a
 # capacity-limited asyncio upstream and asyncio clients; abandoned grants; a wrk load smoke;
-# fleet mode against a redis-server), then test_controls.py (every control directive). About
-# 120 s after the build. Arguments go to test_nginx.py (e.g. --only load).
+# many light tenants' p99 through 8 permits against unlimited; fleet mode against a
+# redis-server), then test_controls.py (every control directive). About 130 s after the build.
+# Arguments go to test_nginx.py (e.g. --only load, --only many-light).
 #
 # Installs nginx, nginx-dev, wrk and redis-server with apt-get when they are missing and this
 # runs as root.

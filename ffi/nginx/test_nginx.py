@@ -22,10 +22,14 @@ certain by pausing the worker while the permits free and the clients close, then
 closes a few ms either side of the grants), with the books checked exactly: grants + refusals +
 cancels == requests, in the engine and in the module. A load smoke: wrk for 10 s over 200
 tenants with 2-deep tenant queues, statuses and counts against /metrics and nginx's access log,
-and the worker's RSS before and after.
+and the worker's RSS before and after. Many light tenants: wrk with 32 connections back to back,
+each request for a random one of 100 tenants, to an upstream that answers at once, through 8
+permits and through 4096 (nothing queues): p99 with 8 permits within 1.5x of the other (up to
+three attempts).
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
+     [--only abandoned|load|many-light]
 """
 
 import argparse
@@ -77,6 +81,18 @@ LOAD_BACKEND_RATE = 2500    # requests/s the upstream serves (limit_req delays t
 LOAD_QUEUE = 32
 LOAD_TENANT_QUEUE = 2
 LOAD_RSS_BOUND_KIB = 2048   # the worker's RSS may grow this much over the run, no more
+
+# Many light tenants: wrk connections back to back, each request for a random tenant of weight
+# 1, to an upstream that answers at once; p99 through a few permits against p99 through so many
+# that the queue never holds anything.
+MANY_TENANTS = 100
+MANY_CONNS = 32
+MANY_IN_FLIGHT = 8
+MANY_UNLIMITED = 4096
+MANY_S = 3
+MANY_WARMUP_S = 1
+MANY_RATIO = 1.5
+MANY_ATTEMPTS = 3
 
 FAILURES = []
 
@@ -811,9 +827,11 @@ http {{
 }}
 """
 
-# wrk: a random tenant per request, a pause before each so that the connections together offer
-# about LOAD_OFFERED requests/s; counts statuses per thread and prints them at the end.
+# wrk: a random tenant per request, a pause before each (none when 0: back to back; for the load
+# smoke, so that the connections together offer about LOAD_OFFERED requests/s); counts statuses
+# per thread and prints them at the end, with the latency percentiles.
 WRK_SCRIPT = """\
+local path = "%s"
 local tenants = %d
 local pause_ms = %d
 counts = {}
@@ -828,12 +846,14 @@ function init(args)
     math.randomseed(os.time())
 end
 
-function delay()
-    return pause_ms
+if pause_ms > 0 then
+    function delay()
+        return pause_ms
+    end
 end
 
 function request()
-    return wrk.format("GET", "/load/", {["X-Api-Key"] = "tenant-" .. math.random(1, tenants)})
+    return wrk.format("GET", path, {["X-Api-Key"] = "tenant-" .. math.random(1, tenants)})
 end
 
 function response(status, headers, body)
@@ -853,6 +873,8 @@ function done(summary, latency, requests)
     local e = summary.errors
     io.write(string.format("RUN %%d %%d %%d %%d %%d %%d\\n", summary.requests,
                            summary.duration, e.connect, e.read, e.write, e.timeout))
+    io.write(string.format("LATENCY %%d %%d %%d\\n", latency:percentile(50),
+                           latency:percentile(99), latency.max))
 end
 """
 
@@ -865,11 +887,12 @@ def rss_kib(pid):
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-async def run_wrk(wrk, port, seconds, script, rss_pid=None):
-    """wrk for `seconds`; returns ({status: count}, run stats, RSS samples of rss_pid)."""
+async def run_wrk(wrk, port, seconds, script, rss_pid=None, conns=LOAD_CONNS):
+    """wrk for `seconds`; returns ({status: count}, run stats with the latency p50, p99 and max
+    in µs, RSS samples of rss_pid)."""
     proc = await asyncio.create_subprocess_exec(
-        wrk, "-t1", f"-c{LOAD_CONNS}", f"-d{seconds}s", "--timeout", "5s", "-s", script,
-        f"http://127.0.0.1:{port}/load/", stdout=asyncio.subprocess.PIPE,
+        wrk, "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s", "-s", script,
+        f"http://127.0.0.1:{port}/", stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT)
     samples = []
     while rss_pid is not None and proc.returncode is None:
@@ -879,15 +902,17 @@ async def run_wrk(wrk, port, seconds, script, rss_pid=None):
         except asyncio.TimeoutError:
             pass
     out = (await proc.communicate())[0].decode()
-    statuses, run = collections.Counter(), None
+    statuses, run = collections.Counter(), {}
     for line in out.splitlines():
         parts = line.split()
         if parts[:1] == ["STATUS"]:
             statuses[int(parts[1])] += int(parts[2])
         elif parts[:1] == ["RUN"]:
-            run = dict(zip(("requests", "duration_us", "connect", "read", "write", "timeout"),
+            run.update(zip(("requests", "duration_us", "connect", "read", "write", "timeout"),
                            map(int, parts[1:])))
-    if proc.returncode != 0 or run is None:
+        elif parts[:1] == ["LATENCY"]:
+            run.update(zip(("p50_us", "p99_us", "max_us"), map(int, parts[1:])))
+    if proc.returncode != 0 or "requests" not in run or "p99_us" not in run:
         raise AssertionError(f"wrk failed ({proc.returncode}):\n{out}")
     return statuses, run, samples
 
@@ -914,7 +939,7 @@ async def load_smoke(args, prefix):
                                  backend_port=backend_port, backend_rate=LOAD_BACKEND_RATE))
     script = os.path.join(prefix, "load.lua")
     with open(script, "w") as f:
-        f.write(WRK_SCRIPT % (LOAD_TENANTS, LOAD_CONNS * 1000 // LOAD_OFFERED))
+        f.write(WRK_SCRIPT % ("/load/", LOAD_TENANTS, LOAD_CONNS * 1000 // LOAD_OFFERED))
     nginx = subprocess.Popen([args.nginx, "-p", prefix, "-c", conf])
     try:
         await wait_port(port)
@@ -976,6 +1001,167 @@ async def load_smoke(args, prefix):
     check(not bad, "load smoke: error log has no alerts or crashes"
           + "".join("\n      " + line for line in bad[:5]))
     return {"rate": rate, "statuses": statuses, "rss": (rss_before, rss_after), "books": d}
+
+
+# ------------------------------------------------------------------------ many light tenants
+
+MANY_CONF = """\
+# Written by ffi/nginx/test_nginx.py (many light tenants).
+load_module {module};
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log notice;
+
+events {{
+    worker_connections 4096;
+}}
+
+http {{
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+
+    fairq_tenant_dimension api_key;
+    fairq_max_in_flight {in_flight};
+    fairq_queue_size 1024;
+    fairq_tenant_queue_size 64;
+    fairq_max_tenants 256;
+    fairq_default_weight 1;
+    fairq_max_wait 5s;
+
+    upstream backend {{
+        server 127.0.0.1:{backend_port};
+        keepalive 64;
+    }}
+
+    server {{
+        listen 127.0.0.1:{port} backlog=1024;
+        fairq_tenant $http_x_api_key;
+
+        location /many/ {{
+            fairq on;
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location = /metrics {{
+            fairq_metrics;
+        }}
+    }}
+
+    # The upstream: the same worker, answering at once.
+    server {{
+        listen 127.0.0.1:{backend_port};
+        location / {{
+            return 200 "ok\\n";
+        }}
+    }}
+}}
+"""
+
+
+async def many_light_tenants(args, prefix):
+    """MANY_CONNS wrk connections back to back, each request for a random one of MANY_TENANTS
+    tenants of weight 1, to an upstream that answers at once: once through an nginx with
+    MANY_IN_FLIGHT permits, once through one with MANY_UNLIMITED (nothing ever queues). The
+    queue must add little to the tail: p99 with the permits within MANY_RATIO x the p99 without.
+    Queued requests overtaken again and again by newly arriving tenants show as a p99 many
+    times the unlimited one. Up to MANY_ATTEMPTS attempts; every attempt is printed."""
+    name = (f"many light tenants: p99 with {MANY_IN_FLIGHT} permits within {MANY_RATIO}x of "
+            f"unlimited ({MANY_UNLIMITED} permits)")
+    print(f"- many light tenants: wrk {MANY_CONNS} connections back to back, a random tenant of "
+          f"{MANY_TENANTS} per request, an upstream that answers at once; {MANY_IN_FLIGHT} "
+          f"permits against {MANY_UNLIMITED}, {MANY_S} s each", flush=True)
+    wrk = shutil.which("wrk")
+    check(wrk is not None, "wrk is installed (apt-get install -y wrk)")
+    if wrk is None:
+        return None
+    prefix = os.path.join(prefix, "many")
+    os.makedirs(prefix, exist_ok=True)
+    os.chmod(prefix, 0o755)
+    script = os.path.join(prefix, "many.lua")
+    with open(script, "w") as f:
+        f.write(WRK_SCRIPT % ("/many/", MANY_TENANTS, 0))
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    servers = {}        # permits -> (port, prefix, nginx)
+    statuses = {n: collections.Counter() for n in (MANY_IN_FLIGHT, MANY_UNLIMITED)}
+    errors = {n: 0 for n in statuses}
+    attempts = []
+    try:
+        for in_flight in statuses:
+            sub = os.path.join(prefix, str(in_flight))
+            os.makedirs(sub, exist_ok=True)
+            os.chmod(sub, 0o755)
+            port, backend_port = free_port(), free_port()
+            conf = os.path.join(sub, "nginx.conf")
+            with open(conf, "w") as f:
+                f.write(MANY_CONF.format(module=os.path.abspath(args.module), user=user,
+                                         prefix=sub, in_flight=in_flight, port=port,
+                                         backend_port=backend_port))
+            servers[in_flight] = (port, sub,
+                                  subprocess.Popen([args.nginx, "-p", sub, "-c", conf]))
+            await wait_port(port)
+            await wait_workers(servers[in_flight][2].pid)
+        # Warm-up: the connection pools and the tenant table reach their working size.
+        for port, _, _ in servers.values():
+            await run_wrk(wrk, port, MANY_WARMUP_S, script, conns=MANY_CONNS)
+        for attempt in range(1, MANY_ATTEMPTS + 1):
+            runs = {}
+            for in_flight, (port, _, _) in servers.items():
+                st, run, _ = await run_wrk(wrk, port, MANY_S, script, conns=MANY_CONNS)
+                statuses[in_flight] += st
+                errors[in_flight] += run["connect"] + run["read"] + run["write"] + run["timeout"]
+                runs[in_flight] = run
+            limited = runs[MANY_IN_FLIGHT]["p99_us"] / 1000
+            unlimited = runs[MANY_UNLIMITED]["p99_us"] / 1000
+            attempts.append((limited, unlimited))
+            print(f"  attempt {attempt}: p99 {limited:.2f} ms with {MANY_IN_FLIGHT} permits, "
+                  f"{unlimited:.2f} ms with {MANY_UNLIMITED} (x{limited / unlimited:.2f}); "
+                  + ", ".join(f"{n} permits: p50 {r['p50_us'] / 1000:.2f} ms, max "
+                              f"{r['max_us'] / 1000:.1f} ms, "
+                              f"{r['requests'] / (r['duration_us'] / 1e6):.0f} requests/s"
+                              for n, r in runs.items()), flush=True)
+            if limited <= MANY_RATIO * unlimited:
+                break
+        waited = {n: metric(await scrape(port), "fairq_nginx_admitted_total", after_wait="true")
+                  for n, (port, _, _) in servers.items()}
+    finally:
+        for in_flight, (_, _, nginx) in servers.items():
+            nginx.send_signal(signal.SIGQUIT)
+            try:
+                nginx.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+                check(False, f"many light tenants: nginx ({in_flight} permits) quits gracefully")
+    for n in statuses:
+        check(set(statuses[n]) == {200} and errors[n] == 0,
+              f"many light tenants, {n} permits: every request served, no socket errors "
+              f"({dict(statuses[n])}, {errors[n]} errors)")
+    check(waited[MANY_IN_FLIGHT] > 0 and waited[MANY_UNLIMITED] == 0,
+          f"many light tenants: requests queued with {MANY_IN_FLIGHT} permits "
+          f"({waited[MANY_IN_FLIGHT]:.0f} admitted after waiting), never with "
+          f"{MANY_UNLIMITED} ({waited[MANY_UNLIMITED]:.0f})")
+    limited, unlimited = attempts[-1]
+    check(limited <= MANY_RATIO * unlimited,
+          f"{name}: {limited:.2f} ms <= {MANY_RATIO} x {unlimited:.2f} ms "
+          f"(x{limited / unlimited:.2f}"
+          f"{f', attempt {len(attempts)} of {MANY_ATTEMPTS}' if len(attempts) > 1 else ''})",
+          timing=True)
+    for in_flight, (_, sub, _) in servers.items():
+        elog = open(os.path.join(sub, "error.log")).read()
+        bad = [line for line in elog.splitlines()
+               if re.search(r"\[(alert|crit|emerg)\]|exited on signal|segfault|core dumped",
+                            line)]
+        check(not bad, f"many light tenants, {in_flight} permits: error log has no alerts or "
+                       f"crashes" + "".join("\n      " + line for line in bad[:5]))
+    return attempts
 
 
 # ---------------------------------------------------------------------------------- fleet mode
@@ -1281,6 +1467,8 @@ async def run(args):
                 await abandoned_grants(port, (await wait_workers(nginx.pid))[0])
             if "load" in args.only:
                 await load_smoke(args, prefix)
+            if "many-light" in args.only:
+                await many_light_tenants(args, prefix)
             return
 
         tally, health = Tally(), []
@@ -1386,6 +1574,11 @@ async def run(args):
             print(f"\nMEASURED: abandoned grants {race['abandoned']:.0f} (jittered round); load "
                   f"smoke {load['rate']:.0f} requests/s, {dict(load['statuses'])}, worker RSS "
                   f"{load['rss'][0]} -> {load['rss'][1]} KiB", flush=True)
+        many = await many_light_tenants(args, prefix)
+        if many:
+            print(f"\nMEASURED: many light tenants p99 {MANY_IN_FLIGHT} permits / "
+                  f"{MANY_UNLIMITED} permits: "
+                  + ", ".join(f"{a:.2f} / {b:.2f} ms" for a, b in many), flush=True)
 
         await fleet_scenarios(args, prefix, upstream_port)
     finally:
@@ -1416,7 +1609,7 @@ def main():
     ap.add_argument("--module", help="path of ngx_http_fairq_module.so")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
-    ap.add_argument("--only", action="append", choices=["abandoned", "load"],
+    ap.add_argument("--only", action="append", choices=["abandoned", "load", "many-light"],
                     help="run only this scenario (repeatable), not the whole test")
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
