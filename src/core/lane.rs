@@ -35,10 +35,11 @@
 //! While the lane holds tenants, the rotation's next tenant goes before it when it is due: the
 //! engine has granted, since that tenant's last grant began, its share of its head's cost at
 //! today's weights (`S + I' < V`), and either the lane granted as much since the rotation last
-//! granted, or the tenant is half an interval later still (`due`). A rotation tenant ahead of
-//! its share keeps its place and the lane goes on. So a queued request is held back by the
-//! lane for at most one and a half of its tenant's intervals past its share, and light tenants
-//! keep the next grant as long as the lane serves them in short bursts.
+//! granted, or the tenant is late (half an interval later still, a quarter more for every two
+//! requests it has waiting beyond the first; `due`). A rotation tenant not yet due keeps its
+//! place and the lane goes on. So a queued request is held back by the lane for a bounded
+//! number of its tenant's intervals, longer for a tenant with a standing queue, and light
+//! tenants keep the next grant as long as the lane serves them in short bursts.
 //!
 //! Fleet mode steers each replica's shares through effective weights, that is through the
 //! rotation, which lane grants skip; the first `set_fleet_factor` turns the lane off.
@@ -174,21 +175,32 @@ pub(crate) fn admits(slot: &TenantSlot, now_v: u64) -> bool {
     true
 }
 
-/// Holder: whether tenant `slot`, taken by the rotation with a head of `cost` while the lane
-/// holds tenants, goes before the lane. Its next grant is due once the engine has granted its
-/// share of `cost` at the ready weight `total` since its last grant began (`start + I < V`).
-/// A due tenant goes first once the lane has granted that much since the rotation's last
-/// grant (`streak`), and in any case once it is half an interval later still: the lane keeps
-/// light tenants first while it serves in short bursts, and never holds a due tenant back for
-/// more than one and a half of its intervals.
-pub(crate) fn due(slot: &TenantSlot, cost: u32, total: i64, now_v: u64, streak: u64) -> bool {
+/// Holder: whether tenant `slot`, taken by the rotation with a head of `cost` and `depth`
+/// requests waiting while the lane holds tenants, goes before the lane. Its next grant is due
+/// once the engine has granted its share of `cost` at the ready weight `total` since its last
+/// grant began (`start + I < V`). A due tenant goes first once the lane has granted that much
+/// since the rotation's last grant (`streak`), and in any case once it is *late*: half an
+/// interval later still, and a quarter of one more for every two requests it has waiting
+/// beyond the first. So the lane keeps light tenants first while it serves in short bursts, a
+/// tenant with a standing queue (a flood) yields to them longer in proportion to its own
+/// backlog, and none is held back without end.
+pub(crate) fn due(
+    slot: &TenantSlot,
+    cost: u32,
+    total: i64,
+    now_v: u64,
+    streak: u64,
+    depth: u64,
+) -> bool {
     // Relaxed: as in `charge`.
     let finish = slot.lane_finish.load(Ordering::Relaxed);
     let start = finish.saturating_sub(slot.lane_interval.load(Ordering::Relaxed));
     let next = scaled_interval(cost, total, slot.effective_weight() as i64);
     let now = now_v.saturating_mul(TAG_UNIT);
     let due = start.saturating_add(next) < now;
-    let late = start.saturating_add(next.saturating_add(next / 2)) < now;
+    // In half intervals: 3, and one more for every two requests waiting beyond the first.
+    let halves = 3 + depth.max(1).saturating_sub(1) / 2;
+    let late = start.saturating_add(next.saturating_mul(halves) / 2) < now;
     late || (due && streak > next)
 }
 

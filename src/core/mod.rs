@@ -1251,13 +1251,14 @@ impl<H: Hooks> Core<H> {
         self.stage(t, Some(class), now)
     }
 
-    /// Holder: whether tenant `t`'s head is due (`lane::due`) at virtual time `now_v`, the
-    /// ready weight being `total`.
+    /// Holder: whether tenant `t`, taken by the rotation while the lane holds tenants, goes
+    /// before the lane (`lane::due`) at virtual time `now_v`, the ready weight being `total`.
     fn due(&self, t: SlotId, now_v: u64, total: i64) -> bool {
         let slot = self.tenants.slot(t);
         let head = Ticket(slot.staged.load(Ordering::Relaxed));
         let cost = self.tickets.fields(head).map_or(1, |fields| fields.cost);
-        lane::due(slot, cost, total, now_v, self.classes.lane().streak())
+        let (streak, depth) = (self.classes.lane().streak(), self.tenants.depth(t));
+        lane::due(slot, cost, total, now_v, streak, depth)
     }
 
     /// After a lane grant: a tenant with a ready head that is still within its share goes back
