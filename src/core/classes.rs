@@ -1079,13 +1079,8 @@ impl Classes {
             .store(class.visits.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// Hands `tenant`, counted ready in `class` and just served from the lane, back to its tail.
-    pub(crate) fn requeue_lane(&self, class: u32, tenant: u32) {
-        self.lane_push(class, tenant);
-    }
-
-    /// Hands `tenant`, counted ready in `class`, to the light-tenant lane.
-    fn lane_push(&self, class: u32, tenant: u32) {
+    /// Hands `tenant`, counted ready in `class`, to the light-tenant lane's tail.
+    pub(crate) fn lane_push(&self, class: u32, tenant: u32) {
         // Relaxed: a hint for the rotation's turn (`lane_only`); counted before the push, so it
         // is never below what the lane holds.
         self.classes[class as usize]
@@ -1106,12 +1101,6 @@ impl Classes {
             .in_lane
             .fetch_sub(1, Ordering::Relaxed);
         Some((class, tenant))
-    }
-
-    /// Whether the light-tenant lane holds no tenant.
-    #[inline]
-    pub(crate) fn lane_is_empty(&self) -> bool {
-        self.lane.is_empty()
     }
 
     /// The light-tenant lane.
@@ -1303,21 +1292,23 @@ impl Classes {
         // continues still goes ahead of it, and a newcomer counted meanwhile queues behind it,
         // as behind a ring push (Relaxed: a stale count only sends it to the ring).
         let sole = !visit_continues && class.ready.load(Ordering::Relaxed) == 1;
-        if visit_continues || sole {
-            // Relaxed: written only by the turn holder, which we are.
-            let seq = slot.grants_total.load(Ordering::Relaxed);
-            let visitor = Visitor::new(tenant, sole, owner_tag(), seq);
-            // Release: the holder's writes to the tenant slot happen before the next holder's
-            // take.
-            if class.visiting[visitor.slot()]
-                .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
+        if (visit_continues || sole) && Self::hold_as_visitor(class, tenant, sole, slot) {
+            return;
         }
         let pushed = class.ring.push(tenant);
         debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
+    }
+
+    /// Puts the held `tenant` in `class`'s visitor slot for a new visit or a continued one;
+    /// false when the slot is taken.
+    fn hold_as_visitor(class: &Class, tenant: u32, new_visit: bool, slot: &TenantSlot) -> bool {
+        // Relaxed: written only by the turn holder, which we are.
+        let seq = slot.grants_total.load(Ordering::Relaxed);
+        let visitor = Visitor::new(tenant, new_visit, owner_tag(), seq);
+        // Release: the holder's writes to the tenant slot happen before the next holder's take.
+        class.visiting[visitor.slot()]
+            .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Puts a held tenant that was taken but not served back where `take` found it, as far as
@@ -1331,14 +1322,7 @@ impl Classes {
     ) {
         let class = &self.classes[class as usize];
         Self::recount_factor(class, slot);
-        // Relaxed: written only by the turn holder, which we are.
-        let seq = slot.grants_total.load(Ordering::Relaxed);
-        let visitor = Visitor::new(tenant, new_visit, owner_tag(), seq);
-        // Release: as in `put_back`.
-        if class.visiting[visitor.slot()]
-            .compare_exchange(NO_VISITOR, visitor.0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
+        if !Self::hold_as_visitor(class, tenant, new_visit, slot) {
             let pushed = class.ring.push(tenant);
             debug_assert!(pushed.is_ok(), "class ring sized for every tenant");
         }

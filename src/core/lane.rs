@@ -162,14 +162,12 @@ fn scaled_interval(cost: u32, total: i64, weight: i64) -> u64 {
 /// Holder: whether tenant `slot`, becoming ready at virtual time `now_v`, enters the lane; if
 /// so its finish time is raised to `now_v` when behind.
 pub(crate) fn admits(slot: &TenantSlot, now_v: u64) -> bool {
-    let now_v = now_v.saturating_mul(TAG_UNIT);
-    // Relaxed: as in `charge`.
-    let finish = slot.lane_finish.load(Ordering::Relaxed);
-    let interval = slot.lane_interval.load(Ordering::Relaxed);
-    if finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) >= now_v {
+    if !within_share(slot, now_v) {
         return false;
     }
-    if finish < now_v {
+    let now_v = now_v.saturating_mul(TAG_UNIT);
+    // Relaxed: as in `charge`.
+    if slot.lane_finish.load(Ordering::Relaxed) < now_v {
         slot.lane_finish.store(now_v, Ordering::Relaxed);
     }
     true
@@ -204,10 +202,11 @@ pub(crate) fn due(
     late || (due && streak > next)
 }
 
-/// Holder: whether tenant `slot`, ready again right after a lane grant, is still less than two
-/// grants ahead of its share at virtual time `now_v`.
+/// Holder: whether tenant `slot` is less than two grants ahead of its share at virtual time
+/// `now_v`, so it is in the lane when it has a request ready (`admits`, and after a lane grant).
 pub(crate) fn within_share(slot: &TenantSlot, now_v: u64) -> bool {
     let now_v = now_v.saturating_mul(TAG_UNIT);
+    // Relaxed: as in `charge`.
     let finish = slot.lane_finish.load(Ordering::Relaxed);
     let interval = slot.lane_interval.load(Ordering::Relaxed);
     finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) < now_v

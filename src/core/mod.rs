@@ -761,7 +761,7 @@ impl<H: Hooks> Core<H> {
         }
         // With tenants in the lane, the rotation goes first only with a tenant behind its share
         // (a due one); the rotation's tenants ahead of their share wait for the lane (`lane.rs`).
-        let mut rotation_first = self.limits.light_lane && !self.classes.lane_is_empty();
+        let mut rotation_first = self.limits.light_lane && !self.classes.lane().is_empty();
         let (now_v, ready_now) = if rotation_first {
             (self.classes.served(), self.classes.view().total())
         } else {
@@ -1286,7 +1286,7 @@ impl<H: Hooks> Core<H> {
         if self.tickets.not_before(head) > now || slot.class.load(Ordering::Relaxed) != class {
             self.place(t, Some(class), false, now);
         } else {
-            self.classes.requeue_lane(class, t);
+            self.classes.lane_push(class, t);
         }
         true
     }
