@@ -15,7 +15,7 @@ use crate::indicators::{FairnessReport, Indicators, TenantIndicators};
 use crate::policy::{PolicyState, TickReport};
 use crate::sync::{AtomicBool, Ordering};
 use crate::types::{
-    Completion, Enqueued, Error, NextGrant, Outcome, Reason, Refusal, Request, Stats, Ticket,
+    Completion, Enqueued, Error, Load, NextGrant, Outcome, Reason, Refusal, Request, Stats, Ticket,
 };
 
 /// A lock-free multi-tenant weighted fair queue. `Send + Sync`: share it with `Arc`.
@@ -298,6 +298,16 @@ impl Engine {
     /// for metrics, not per request.
     pub fn stats(&self) -> Stats {
         self.core.stats()
+    }
+
+    /// The three gauges alone, in O(1): cheap enough to read after every change.
+    pub fn load(&self) -> Load {
+        let s = self.core.load();
+        Load {
+            queued: s.queued,
+            in_flight: s.in_flight,
+            tenants: s.tenants,
+        }
     }
 
     /// With seats on (`Config::seats`), the permits (cost units) the grants out hold now, at

@@ -85,6 +85,6 @@ pub use policy::{
 };
 pub use shedding::Shedding;
 pub use types::{
-    Completion, Enqueued, Error, Expired, Grant, NextGrant, Outcome, Reason, Refusal, Request,
-    Stats, Ticket,
+    Completion, Enqueued, Error, Expired, Grant, Load, NextGrant, Outcome, Reason, Refusal,
+    Request, Stats, Ticket,
 };

@@ -306,3 +306,14 @@ impl Stats {
         self.refused[reason.index()]
     }
 }
+
+/// The engine's gauges alone ([`crate::Engine::load`]), read in O(1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Requests queued now.
+    pub queued: u64,
+    /// Grants out now (seats, with seats on).
+    pub in_flight: u64,
+    /// Tenants holding a slot now.
+    pub tenants: u64,
+}

@@ -1777,18 +1777,23 @@ impl<H: Hooks> Core<H> {
         self.limits.seats.then(|| self.permits.load().1)
     }
 
-    pub(crate) fn stats(&self) -> Stats {
+    /// The gauges of `stats` (queued, in flight, tenants), the counters left at zero.
+    pub(crate) fn load(&self) -> Stats {
         let (queued, mut in_flight) = self.permits.load();
         if self.limits.seats {
             // Relaxed: a gauge (the permit word counts seats).
             in_flight = self.grants_out.load(Ordering::Relaxed);
         }
-        let mut stats = Stats {
+        Stats {
             queued,
             in_flight,
             tenants: self.tenants.active(),
             ..Stats::default()
-        };
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.load();
         // Grants are counted per slot by the tenant's turn holder (no shared RMW per grant);
         // the slot's lifetime total is never reset, so the sum only grows.
         for slot in self.tenants.slots() {
