@@ -32,6 +32,10 @@ started=$SECONDS
         RUSTFLAGS="--cfg loom -C debug-assertions=on" \
             cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom \
             loom_models -- --nocapture --test-threads=1
+        # The Envoy module's hand-over of a grant between worker threads.
+        RUSTFLAGS="--cfg loom -C debug-assertions=on" \
+            cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom \
+            loom_models -- --nocapture --test-threads=1
     fi
 } 2>&1 | tee target/loom-models.log | grep -v '^$'
 echo "loom models: $((SECONDS - started)) s"
@@ -51,6 +55,9 @@ started=$SECONDS
     if [ $# -eq 0 ]; then
         RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
             cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom-broken \
+            broken_ -- --nocapture --test-threads=1
+        RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
+            cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom-broken \
             broken_ -- --nocapture --test-threads=1
     fi
 } 2>&1 | tee target/loom-broken.log |

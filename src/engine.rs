@@ -169,7 +169,21 @@ impl Engine {
     /// permit back. Counted as `cancelled`.
     pub fn cancel_at(&self, ticket: Ticket, now: u64) -> Result<(), Error> {
         self.core
-            .end_by_caller(ticket, Reason::Cancelled, now)
+            .end_by_caller(ticket, Reason::Cancelled, true, now)
+            .map(|_| ())
+    }
+
+    /// `withdraw_at` with the monotonic clock.
+    pub fn withdraw(&self, ticket: Ticket) -> Result<(), Error> {
+        self.withdraw_at(ticket, crate::clock::now_ns())
+    }
+
+    /// Cancels a ticket only while it is queued, counted as `cancelled`. A granted ticket answers
+    /// `Error::TicketState` and stays granted: for a caller whose grants are taken by other
+    /// threads, a grant already handed out is theirs to end (cancel would end it under them).
+    pub fn withdraw_at(&self, ticket: Ticket, now: u64) -> Result<(), Error> {
+        self.core
+            .end_by_caller(ticket, Reason::Cancelled, false, now)
             .map(|_| ())
     }
 
@@ -184,7 +198,7 @@ impl Engine {
     /// `Error::TicketState`.
     pub fn expire_at(&self, ticket: Ticket, now: u64) -> Result<Refusal, Error> {
         self.core
-            .end_by_caller(ticket, Reason::DeadlineExceeded, now)
+            .end_by_caller(ticket, Reason::DeadlineExceeded, false, now)
     }
 
     /// When a parked tenant may next become ready (monotonic ns), so a caller can set a timer and

@@ -508,3 +508,29 @@ fn a_continuing_visit_left_with_another_caller_does_not_hold_up_its_class() {
         beside_an_idle_caller(&engine, 2, Some("a"), next, 6, round);
     }
 }
+
+/// `withdraw` ends a queued ticket only: once a grant is handed out, the thread that took it
+/// owns its end, and a withdraw racing it changes nothing (a cancel would end the grant under
+/// its taker).
+#[test]
+fn withdraw_ends_only_a_queued_ticket() {
+    let engine = small(4, 64, 1);
+    let first = queued(&engine, &request("a"), 0);
+    let second = queued(&engine, &request("a"), 0);
+    let g = granted(&engine, 1);
+    assert_eq!(g.ticket, first);
+    assert_eq!(engine.withdraw_at(first, 2), Err(Error::TicketState));
+    assert_eq!(engine.stats().in_flight, 1, "the grant stays out");
+    engine.withdraw_at(second, 2).unwrap();
+    assert_eq!(engine.withdraw_at(second, 2), Err(Error::StaleTicket));
+    engine
+        .complete_at(first, Outcome::Admitted, None, 3)
+        .unwrap();
+    let s = engine.stats();
+    assert_eq!(
+        (s.completed, s.cancelled, s.queued, s.in_flight),
+        (1, 1, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.refused[Reason::Cancelled as usize - 1], 1);
+}

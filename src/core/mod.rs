@@ -1462,12 +1462,14 @@ impl<H: Hooks> Core<H> {
         }
     }
 
-    /// Ends a queued or granted ticket (`Cancelled`, the client went away), or a queued one whose
-    /// budget the caller's timer says has run out (`DeadlineExceeded`).
+    /// Ends a queued ticket, and with `granted_too` a granted one (`Cancelled`, the client went
+    /// away), or a queued one whose budget the caller's timer says has run out
+    /// (`DeadlineExceeded`).
     pub(crate) fn end_by_caller(
         &self,
         ticket: Ticket,
         reason: Reason,
+        granted_too: bool,
         now: u64,
     ) -> Result<Refusal, Error> {
         let now = self.monotonic(now);
@@ -1476,7 +1478,7 @@ impl<H: Hooks> Core<H> {
             let state = match self.tickets.lookup(ticket) {
                 Lookup::Stale => return Err(Error::StaleTicket),
                 Lookup::Live(QUEUED) => QUEUED,
-                Lookup::Live(GRANTED) if reason == Reason::Cancelled => GRANTED,
+                Lookup::Live(GRANTED) if granted_too => GRANTED,
                 Lookup::Live(REQUEUING) => {
                     // A completer is putting it back in its queue: a few stores. Wait, so the
                     // cancel applies to the requeued ticket instead of being lost.

@@ -7,17 +7,24 @@
 //! wakes the owning worker through its [`Wake`] (Envoy's per-stream scheduler), which resumes or
 //! refuses the request there.
 //!
-//! Exactly once: the engine decides who ends a ticket (`next_grant`, `expire` and `cancel` race,
-//! one wins). The waiter's state decides who acts on that end. The owner leaving (client gone)
-//! moves `QUEUED` to `GONE` and then cancels; if the cancel loses, the thread that won it sees
-//! `GONE` and gives the permit back itself. So a grant is either resumed or completed, never
-//! both and never neither.
+//! Exactly once: the engine decides who ends a queued ticket (`next_grant`, `expire` and
+//! `withdraw` race, one wins), and the winner owns the reference the engine held. The waiter's
+//! state decides who acts on that end. The owner leaving (client gone) moves `QUEUED` to `GONE`
+//! and then withdraws the ticket, which ends it only while it is queued; if a grant was handed
+//! out first, the thread that took it sees `GONE` and gives the permit back itself. So a grant is
+//! either resumed or completed, never both and never neither.
 
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+// The hand-over's atomics are loom's in a loom build, so the models below permute them (the
+// reference counts stay std's: loom's Arc has no Weak).
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use fairq::{Engine, Enqueued, NextGrant, Outcome, Reason, Refusal, Request, Ticket};
 
@@ -106,6 +113,11 @@ impl<W: Wake> Waiter<W> {
         if let Some(r) = reason {
             self.reason.store(r as u32, Ordering::Relaxed);
         }
+        #[cfg(fairq_broken)]
+        if broken::IGNORE_GONE.with(|b| b.get()) {
+            self.state.store(to, Ordering::Release);
+            return true;
+        }
         // AcqRel: Release publishes the fields to the owner; Acquire orders this thread after
         // the owner's move to GONE when the CAS fails.
         self.state
@@ -167,19 +179,14 @@ pub struct Queue<W: Wake> {
     budget_ns: u64,
     deadlines: mpsc::Sender<Deadline<W>>,
     ticks: bool,
+    /// The monotonic clock in ns; a fixed one in the loom models, so each run is repeatable.
+    clock: fn() -> u64,
 }
 
 impl<W: Wake> Queue<W> {
     /// Builds the queue and starts its deadline thread, which ends with the queue.
     pub fn new(engine: Engine, ticks: bool) -> std::io::Result<Arc<Queue<W>>> {
-        let (tx, rx) = mpsc::channel();
-        let queue = Arc::new(Queue {
-            budget_ns: engine.config().max_wait_ms.saturating_mul(1_000_000),
-            engine,
-            counts: Counts::default(),
-            deadlines: tx,
-            ticks,
-        });
+        let (queue, rx) = Queue::without_deadlines(engine, ticks, fairq::now_ns);
         let weak = Arc::downgrade(&queue);
         std::thread::Builder::new()
             .name("fairq-deadlines".into())
@@ -187,12 +194,30 @@ impl<W: Wake> Queue<W> {
         Ok(queue)
     }
 
+    /// The queue alone; the caller runs (or, in a model, stands in for) the deadline thread.
+    fn without_deadlines(
+        engine: Engine,
+        ticks: bool,
+        clock: fn() -> u64,
+    ) -> (Arc<Queue<W>>, mpsc::Receiver<Deadline<W>>) {
+        let (tx, rx) = mpsc::channel();
+        let queue = Arc::new(Queue {
+            budget_ns: engine.config().max_wait_ms.saturating_mul(1_000_000),
+            engine,
+            counts: Counts::default(),
+            deadlines: tx,
+            ticks,
+            clock,
+        });
+        (queue, rx)
+    }
+
     /// Enqueues a request and takes the grants that are due. `wake` is made only for a request
     /// that has a tenant (one without is refused at once).
     pub fn admit(&self, mut request: Request, wake: impl FnOnce() -> W) -> Admission<W> {
         request.timeout_ns = self.budget_ns;
         if request.tenant.is_none() {
-            return match self.engine.enqueue(&request) {
+            return match self.engine.enqueue_at(&request, (self.clock)()) {
                 Ok(Enqueued::Refused(r)) => Admission::Refused(r, Info::default()),
                 // The engine refuses a request without a tenant; anything else is a bug there.
                 _ => Admission::Refused(
@@ -208,8 +233,8 @@ impl<W: Wake> Queue<W> {
         let waiter = Arc::new(Waiter::new(wake()));
         let raw = Arc::into_raw(waiter.clone());
         request.user_data = raw as u64;
-        let enqueued_at = fairq::now_ns();
-        match self.engine.enqueue(&request) {
+        let enqueued_at = (self.clock)();
+        match self.engine.enqueue_at(&request, enqueued_at) {
             Ok(Enqueued::Queued {
                 ticket,
                 position,
@@ -279,7 +304,8 @@ impl<W: Wake> Queue<W> {
     /// its owner. `me` is the caller's own waiter, which is not woken (the caller reads it).
     pub fn pump(&self, me: Option<&Arc<Waiter<W>>>) {
         loop {
-            let (ticket, user_data, granted, info, reason) = match self.engine.next_grant() {
+            let now = (self.clock)();
+            let (ticket, user_data, granted, info, reason) = match self.engine.next_grant_at(now) {
                 NextGrant::Granted(g) => (
                     g.ticket,
                     g.user_data,
@@ -314,7 +340,9 @@ impl<W: Wake> Queue<W> {
                 }
             } else if granted {
                 // The owner left while this grant was being taken: give the permit back.
-                let _ = self.engine.complete(ticket, Outcome::Admitted, None);
+                let _ = self
+                    .engine
+                    .complete_at(ticket, Outcome::Admitted, None, now);
                 // Relaxed: a statistic.
                 self.counts.abandoned_grants.fetch_add(1, Ordering::Relaxed);
             }
@@ -333,13 +361,14 @@ impl<W: Wake> Queue<W> {
             Ok(_) => {
                 // Relaxed: a statistic.
                 self.counts.client_cancels.fetch_add(1, Ordering::Relaxed);
-                if self.engine.cancel(ticket).is_ok() {
-                    // This thread ended the ticket: release the engine's reference.
-                    // SAFETY: the pointer is the one `admit` gave the engine, whose reference
-                    // no other thread can now take (the ticket has ended).
+                // Withdraw, not cancel: a grant already handed out to another thread (which
+                // has not settled it yet) is that thread's to end; it will see GONE.
+                if self.engine.withdraw_at(ticket, (self.clock)()).is_ok() {
+                    // Ended while queued, so no other thread took the engine's reference.
+                    // SAFETY: the pointer is the one `admit` gave the engine; the ticket ended
+                    // queued, so neither a grant nor an expiry can hand it to anyone else.
                     unsafe { Arc::decrement_strong_count(Arc::as_ptr(waiter)) };
                 }
-                // Otherwise the thread that ended it sees GONE and cleans up.
             }
             Err(GRANTED) => {
                 // Granted but never resumed: the grant is counted; give the permit back.
@@ -354,10 +383,13 @@ impl<W: Wake> Queue<W> {
     /// A request that proceeded ends: its permit goes back (with its downstream's verdict when
     /// shedding is on) and the next grants go out.
     pub fn finish(&self, ticket: Ticket, downstream_ok: Option<(u32, bool)>) {
+        let now = (self.clock)();
         if let Some((pool, ok)) = downstream_ok {
-            let _ = self.engine.report_downstream(pool, ok);
+            let _ = self.engine.report_downstream_at(pool, ok, now);
         }
-        let _ = self.engine.complete(ticket, Outcome::Admitted, None);
+        let _ = self
+            .engine
+            .complete_at(ticket, Outcome::Admitted, None, now);
         self.pump(None);
     }
 
@@ -366,7 +398,7 @@ impl<W: Wake> Queue<W> {
         if waiter.ended() != Ended::Queued {
             return;
         }
-        let Ok(refusal) = self.engine.expire(ticket) else {
+        let Ok(refusal) = self.engine.expire_at(ticket, (self.clock)()) else {
             return; // granted, cancelled or expired by another thread first
         };
         // Relaxed: a statistic.
@@ -613,5 +645,205 @@ mod tests {
         let s = q.engine.stats();
         assert_eq!(s.in_flight, 0, "{s:?}");
         assert_eq!(s.queued, 0, "{s:?}");
+    }
+}
+
+/// A deliberately broken hand-over, compiled only with `--cfg fairq_broken`: each loom model
+/// below has a twin that switches it on and expects the model to catch it.
+#[cfg(fairq_broken)]
+mod broken {
+    thread_local! {
+        /// `settle` overwrites the state instead of a CAS from QUEUED, so it does not see that
+        /// the owner left.
+        pub static IGNORE_GONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+}
+
+/// Loom models of the hand-over: the engine's real code (its atomics are loom's too) with the
+/// threads that can end a waiting request's ticket racing each other.
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use fairq::{Config, Dimension, TenantKey};
+    use loom::sync::atomic::AtomicUsize;
+
+    /// Runs `f` under loom with the bounds the engine's own models use (the preemption bound
+    /// from LOOM_MAX_PREEMPTIONS, else 2; room for the engine's few hundred atomics a run) and
+    /// prints how many executions it explored.
+    fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = runs.clone();
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound.get_or_insert(2);
+        if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+            builder.max_branches = 100_000;
+        }
+        let started = std::time::Instant::now();
+        builder.check(move || {
+            // std atomic, outside the model.
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            f();
+        });
+        println!(
+            "loom model {name}: {} executions in {:.2?}",
+            runs.load(std::sync::atomic::Ordering::Relaxed),
+            started.elapsed()
+        );
+    }
+
+    struct Bell(Arc<AtomicUsize>);
+    impl Wake for Bell {
+        fn wake(&self) {
+            // SeqCst: read after the threads are joined; any ordering would do.
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn queue() -> Arc<Queue<Bell>> {
+        let engine = Engine::new(Config {
+            enabled: true,
+            max_tenants: 2,
+            tenant_queue_capacity: 2,
+            queue_capacity: 4,
+            max_in_flight: 1,
+            max_weight_classes: 2,
+            tenant_idle_ms: 0,
+            ..Config::default()
+        })
+        .unwrap();
+        Queue::without_deadlines(engine, false, || 1_000).0
+    }
+
+    fn req(hash: u64) -> Request {
+        Request::new(TenantKey::from_hash(hash), Dimension::User)
+    }
+
+    /// One permit, held by A; B waits. Returns A's ticket, B's ticket and waiter, B's bell.
+    fn setup(q: &Queue<Bell>) -> (Ticket, Ticket, Arc<Waiter<Bell>>, Arc<AtomicUsize>) {
+        let Admission::Now(a) = q.admit(req(1), || Bell(Arc::new(AtomicUsize::new(0)))) else {
+            panic!("A is admitted at once")
+        };
+        let rings = Arc::new(AtomicUsize::new(0));
+        let bell = rings.clone();
+        let Admission::Wait(b, w) = q.admit(req(u64::MAX), move || Bell(bell)) else {
+            panic!("B waits")
+        };
+        (a, b, w, rings)
+    }
+
+    /// After the race: nothing held, B's ticket ended once, the engine's reference released.
+    fn books(q: &Queue<Bell>, w: &Arc<Waiter<Bell>>, rings: &AtomicUsize) {
+        let s = q.engine.stats();
+        assert_eq!(s.in_flight, 0, "a permit was left out: {s:?}");
+        assert_eq!(s.queued, 0, "a request was left queued: {s:?}");
+        // B's ticket ended once: granted (and completed), cancelled or expired.
+        let b_ends = (s.completed - 1) + s.cancelled + s.expired;
+        assert_eq!(b_ends, 1, "B's ticket ended {b_ends} times: {s:?}");
+        assert_eq!(
+            Arc::strong_count(w),
+            1,
+            "the engine's reference to B's waiter leaked: {s:?} abandoned {} cancels {} timeouts {} state {:?}",
+            q.counts.abandoned_grants.load(Ordering::SeqCst),
+            q.counts.client_cancels.load(Ordering::SeqCst),
+            q.counts.budget_timeouts.load(Ordering::SeqCst),
+            w.ended()
+        );
+        assert!(rings.load(Ordering::SeqCst) <= 1, "B was woken twice");
+    }
+
+    /// A's end grants B while B's client leaves.
+    fn grant_races_leave() {
+        model("hand-over: grant races leave", || {
+            let q = queue();
+            let (a, b, w, rings) = setup(&q);
+            let granter = {
+                let q = q.clone();
+                loom::thread::spawn(move || q.finish(a, None))
+            };
+            q.leave(b, &w);
+            granter.join().unwrap();
+            books(&q, &w, &rings);
+            // The owner left, so it never resumes: a wake-up may still ring (it came first),
+            // but the grant was given back either way.
+            assert_eq!(q.engine.stats().completed + q.engine.stats().cancelled, 2);
+        });
+    }
+
+    /// The deadline thread expires B while A's end grants it and B's client leaves.
+    fn expiry_races_grant_and_leave() {
+        model("hand-over: expiry races grant and leave", || {
+            let q = queue();
+            let (a, b, w, rings) = setup(&q);
+            let granter = {
+                let q = q.clone();
+                loom::thread::spawn(move || q.finish(a, None))
+            };
+            let deadline = {
+                let (q, w) = (q.clone(), w.clone());
+                loom::thread::spawn(move || q.expire(b, &w))
+            };
+            q.leave(b, &w);
+            granter.join().unwrap();
+            deadline.join().unwrap();
+            books(&q, &w, &rings);
+        });
+    }
+
+    /// A's end grants B while B's owner is still on its worker: exactly one wake-up, and the
+    /// owner then finds the grant and ends it once.
+    fn grant_wakes_the_owner_once() {
+        model("hand-over: a grant wakes its owner once", || {
+            let q = queue();
+            let (a, b, w, rings) = setup(&q);
+            let granter = {
+                let q = q.clone();
+                loom::thread::spawn(move || q.finish(a, None))
+            };
+            // The owner's worker: resumes when it sees the grant, else leaves.
+            let resumed = matches!(w.ended(), Ended::Granted(_));
+            if resumed {
+                q.finish(b, None);
+            }
+            granter.join().unwrap();
+            if !resumed {
+                match w.ended() {
+                    Ended::Granted(_) => q.finish(b, None),
+                    _ => q.leave(b, &w),
+                }
+            }
+            assert_eq!(
+                rings.load(Ordering::SeqCst),
+                1,
+                "B was granted but not woken once"
+            );
+            books(&q, &w, &rings);
+        });
+    }
+
+    #[cfg(not(fairq_broken))]
+    #[test]
+    fn handover_grant_races_leave() {
+        grant_races_leave();
+    }
+
+    #[cfg(not(fairq_broken))]
+    #[test]
+    fn handover_expiry_races_grant_and_leave() {
+        expiry_races_grant_and_leave();
+    }
+
+    #[cfg(not(fairq_broken))]
+    #[test]
+    fn handover_grant_wakes_the_owner_once() {
+        grant_wakes_the_owner_once();
+    }
+
+    /// Without the CAS the granter wakes an owner that left and never gives the permit back.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic(expected = "a permit was left out")]
+    fn broken_handover_ignoring_a_gone_owner_is_caught() {
+        broken::IGNORE_GONE.with(|b| b.set(true));
+        grant_races_leave();
     }
 }
