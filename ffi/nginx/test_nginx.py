@@ -162,9 +162,12 @@ def run_upstream(port, concurrency, service_ms):
                         state["active"] -= 1
                         state["served"] += 1
                     body = b"served " + target.encode() + b"\n"
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                # ?status=N answers N (an upstream error, for load shedding).
+                m = re.search(r"[?&]status=(\d{3})", target)
+                status = m.group(1).encode() if m else b"200"
+                writer.write(b"HTTP/1.1 %s OK\r\nContent-Type: text/plain\r\n"
                              b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                             % (len(body), body))
+                             % (status, len(body), body))
                 await writer.drain()
             except (asyncio.IncompleteReadError, ConnectionError):
                 pass
