@@ -45,7 +45,8 @@ if [ "${FAIRQ_LOOM_BROKEN:-1}" = 0 ]; then
 fi
 
 # Each `broken_*` test switches on one broken variant (src/broken.rs) and expects its model
-# to panic (`#[should_panic]`): proof that the model can fail.
+# to panic with the violation it guards against (`#[should_panic(expected = ...)]`): proof that
+# the model can fail, and fails for that reason.
 echo "== broken variants (each must be caught)"
 started=$SECONDS
 {
@@ -73,4 +74,9 @@ if [ "$caught" -eq 0 ]; then
     echo "no broken variant ran (see target/loom-broken.log)"
     exit 1
 fi
-echo "broken variants caught: $caught, in $((SECONDS - started)) s"
+# Every variant of `Break` must have a twin that names the violation it expects, and be caught.
+# With one model file named, only that file's twins ran: the check would report the others.
+if [ $# -eq 0 ]; then
+    python3 loom-tests/broken_coverage.py target/loom-broken.log || exit 1
+fi
+echo "broken twins caught: $caught, in $((SECONDS - started)) s"

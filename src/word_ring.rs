@@ -316,7 +316,7 @@ mod loom_models {
     /// A push that marks its entry full before writing it: a pop can read the old value.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "a pop read an entry before its value")]
     fn broken_ring_publish_is_caught() {
         crate::broken::with(
             crate::broken::Break::RingPublish,

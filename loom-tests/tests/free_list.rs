@@ -60,7 +60,7 @@ fn free_stack_push_races_pop() {
 /// The stack pops by load and store: two allocations can take the same cell.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "a popped ticket cell is not free")]
 fn broken_free_list_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::FreeList, || {

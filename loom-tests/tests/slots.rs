@@ -120,7 +120,7 @@ fn two_enqueues_claim_one_slot_for_a_new_tenant() {
 /// A pin that trusts the key it read before pinning: A's enqueue lands in C's fresh slot.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "a request landed in another tenant's slot")]
 fn broken_slot_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Slot, || {
@@ -134,7 +134,7 @@ fn broken_slot_is_caught() {
 /// The engine before the fix: a pin walks past a slot being claimed for its own key.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "one tenant took two slots")]
 fn broken_claim_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Claim, || {

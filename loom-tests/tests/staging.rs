@@ -121,7 +121,7 @@ fn next_head_hands_the_turn_to_the_writer() {
 /// turn, and its queued requests are stranded.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "a queued request was not granted once")]
 fn broken_unwritten_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Unwritten, || {
@@ -132,7 +132,7 @@ fn broken_unwritten_is_caught() {
 /// The same broken holder, found by the granter's model.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "a queued request was not granted once")]
 fn broken_unwritten_next_head_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Unwritten, || {

@@ -213,7 +213,7 @@ fn grant_races_expiry_and_cancel() {
 /// Ticket moves as load-compare-store: a grant and a cancel can both win.
 #[cfg(fairq_broken)]
 #[test]
-#[should_panic]
+#[should_panic(expected = "tenant counts underflow")]
 fn broken_ticket_is_caught() {
     use fairq::broken::{with, Break};
     with(Break::Ticket, || {

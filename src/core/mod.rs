@@ -406,7 +406,11 @@ impl<H: Hooks> Core<H> {
                 estimated_wait: estimated_wait_ns,
             },
         );
-        debug_assert_eq!(slot.key.load(Ordering::Relaxed), key.get());
+        debug_assert_eq!(
+            slot.key.load(Ordering::Relaxed),
+            key.get(),
+            "a request landed in another tenant's slot"
+        );
         // Counted before it is published, so a cancel's decrement never comes first.
         self.hooks.queued(request.downstream, 1);
         if self.push_queued(t, ticket, now, true) == Pushed::Refused {

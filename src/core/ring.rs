@@ -417,7 +417,7 @@ mod loom_models {
     /// A compaction that does not take the consumer side: it moves entries a pop is reading.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "swept 2")]
     fn broken_compact_is_caught() {
         crate::broken::with(crate::broken::Break::Compact, compaction_races_pop_and_push);
     }
@@ -517,7 +517,7 @@ mod loom_models {
     /// turn, and the entry is stranded.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "the turn reaches one thread, with the note")]
     fn broken_unwritten_is_caught() {
         crate::broken::with(
             crate::broken::Break::Unwritten,

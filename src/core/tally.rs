@@ -227,7 +227,7 @@ mod loom_models {
     /// A hand-off without Acquire/Release: the next holder may count from a stale value.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "a count was lost when a row changed hands")]
     fn broken_row_hand_off_is_caught() {
         crate::broken::with(
             crate::broken::Break::RowHandOff,

@@ -168,7 +168,7 @@ impl TicketSlab {
         };
         // Acquire: pairs with the Release that freed the cell, so its old fields are settled.
         let word = self.cells[index as usize].state.load(Ordering::Acquire);
-        debug_assert_eq!(word as u32, FREE);
+        debug_assert_eq!(word as u32, FREE, "a popped ticket cell is not free");
         Some(Ticket::new(index, (word >> 32) as u32))
     }
 
@@ -414,7 +414,7 @@ mod loom_models {
     /// A pop by load and store: two callers can take the same cell.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "was ended by another holder")]
     fn broken_free_stack_pop_is_caught() {
         crate::broken::with(
             crate::broken::Break::FreeList,

@@ -203,7 +203,7 @@ mod loom_models {
     /// bucket before its push landed.
     #[cfg(fairq_broken)]
     #[test]
-    #[should_panic]
+    #[should_panic(expected = "a parked tenant was lost or woken twice")]
     fn broken_wheel_hand_off_is_caught() {
         crate::broken::with(
             crate::broken::Break::Wheel,
