@@ -295,6 +295,8 @@ pub struct FleetState {
     in_doubt: Option<DeltaBatch>,
     /// `in_doubt` was written to a connection at least once (else it can still be merged).
     in_doubt_sent: bool,
+    /// Batches Redis answered as applied already (an earlier copy of a resent batch was).
+    duplicates_skipped: u64,
     /// Next batch or attempt number; only grows.
     next_number: u64,
     /// `now` of the previous plan: rates are measured between plans.
@@ -318,6 +320,7 @@ impl FleetState {
             published: HashSet::new(),
             in_doubt: None,
             in_doubt_sent: false,
+            duplicates_skipped: 0,
             next_number: 1,
             last_plan_ns: None,
             alpha: 1.0,
@@ -468,6 +471,10 @@ impl FleetState {
         if let Some(batch) = &plan.batch {
             if reply.batch_applied || !foreign(reply.last_seq, self.next_number) {
                 // Applied now, or by an earlier copy of this same batch: done.
+                if !reply.batch_applied {
+                    // Sent again and skipped: Redis had applied an earlier copy.
+                    self.duplicates_skipped += 1;
+                }
                 if self.in_doubt.as_ref() == Some(batch) {
                     self.in_doubt = None;
                 }
@@ -604,6 +611,12 @@ impl FleetState {
     /// second.
     pub fn local_rate(&self, key: TenantKey) -> Option<f64> {
         self.tenants.get(&key.get()).map(|t| t.rate)
+    }
+
+    /// Batches sent again whose earlier copy Redis had applied: each was sent twice and
+    /// counted once.
+    pub fn duplicates_skipped(&self) -> u64 {
+        self.duplicates_skipped
     }
 
     /// The batch sent and not yet answered, if any.

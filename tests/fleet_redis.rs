@@ -483,6 +483,13 @@ fn a_frozen_redis_counts_every_grant_exactly_once() {
             assert!(round < 4, "still pending after 5 syncs");
         }
     }
+    // A batch was sent again and Redis skipped it (an earlier copy, run late, was applied): the
+    // case this test exists for happened, and was counted once.
+    let skipped: u64 = fleets.iter().map(|f| f.state().duplicates_skipped()).sum();
+    assert!(
+        skipped >= 1,
+        "no resent batch was skipped as applied already"
+    );
     let totals = fleet_totals(&server, "frozen");
     for (k, t) in tenants.iter().enumerate() {
         let expected: u64 = (0..3).map(|r| grants[r][k]).sum();
