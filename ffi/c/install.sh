@@ -8,8 +8,8 @@
 #   PREFIX/lib/libfairq.so   -> libfairq.so.0
 #   PREFIX/lib/pkgconfig/fairq.pc
 #
-# The same layout as cargo-c's `cargo cinstall --release --prefix PREFIX` (Cargo.toml has its
-# settings), with cargo alone.
+# The layout cargo-c's `cargo cinstall --release --prefix PREFIX` would make with the settings
+# in Cargo.toml (CI does not run cargo-c), with cargo alone.
 #
 # Usage:  ffi/c/install.sh PREFIX [--library-type staticlib|cdylib] [cargo build options]
 #
