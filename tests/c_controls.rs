@@ -115,15 +115,63 @@ fn quickstart_built_against_the_0_1_0_header_runs_against_the_shared_library() {
     );
 }
 
+/// The frozen 0.1.0 suite, as released.
+const SUITE_0_1_0: &str = "ffi/c/compat/test_fairq-0.1.0.c";
+
+/// Its length and FNV-1a 64 hash as released: the file is never edited.
+const SUITE_0_1_0_RELEASED: (usize, u64) = (35887, 0xeaae7c99784ffe3d);
+
+/// Deliberate changes of behaviour since 0.1.0 (CHANGELOG.md, "Changed"), each as what the 0.1.0
+/// suite asserted and what holds now. A copy of the frozen suite with these replaced is what
+/// runs; `changes_since_0_1_0_behave_as_the_changelog_says` checks the new behaviour itself.
+const CHANGES_SINCE_0_1_0: &[(&str, &str)] = &[(
+    // Weight classes are freed once nothing refers to them: with max_weight_classes 3, a = 2 and
+    // b = 3 set, the table {a: 3, b: 7} (default 1) needs only 1, 3 and 7, as 2 is then freed.
+    "    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}};\n    assert(fairq_replace_weights(e, too_many, 2, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);\n",
+    "    fairq_weight_entry too_many[] = {{a, 3}, {b, 7}, {d, 9}};\n    assert(fairq_replace_weights(e, too_many, 3, 1) == FAIRQ_ERR_TOO_MANY_WEIGHT_CLASSES);\n",
+)];
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 #[test]
-fn the_0_1_0_test_suite_built_against_its_header_passes_against_this_library() {
+fn the_0_1_0_suite_is_kept_as_released() {
+    let text = std::fs::read(root().join(SUITE_0_1_0)).unwrap();
+    assert_eq!(
+        (text.len(), fnv1a(&text)),
+        SUITE_0_1_0_RELEASED,
+        "{SUITE_0_1_0} was edited: keep it as released, and list a change of behaviour in \
+         CHANGES_SINCE_0_1_0 and CHANGELOG.md instead"
+    );
+}
+
+/// The frozen suite with the listed changes applied, written where the build puts its files.
+fn suite_0_1_0_as_run(name: &str) -> String {
+    let mut text = std::fs::read_to_string(root().join(SUITE_0_1_0)).unwrap();
+    for (then, now) in CHANGES_SINCE_0_1_0 {
+        assert_eq!(
+            text.matches(then).count(),
+            1,
+            "a listed change must match the frozen suite exactly once: {then}"
+        );
+        text = text.replace(then, now);
+    }
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.c"));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn run_suite_0_1_0(library: &str, name: &str) {
     let include = old_include_dir();
     let program = compile_with_include(
-        "ffi/c/compat/test_fairq-0.1.0.c",
-        "test_fairq-0.1.0",
+        &suite_0_1_0_as_run(name),
+        name,
         &[],
         &include,
-        &built_library("libfairq.a"),
+        &built_library(library),
     );
     // The suite's multi-thread stress part is the same code as today's; a short run suffices.
     let stdout = run(&program, &[("FAIRQ_STRESS_ITERS", "20000")]);
@@ -131,6 +179,36 @@ fn the_0_1_0_test_suite_built_against_its_header_passes_against_this_library() {
         stdout.contains("c_api: 16 passed, 0 failed"),
         "unexpected summary:\n{stdout}"
     );
+}
+
+#[test]
+fn the_0_1_0_test_suite_built_against_its_header_passes_against_this_library() {
+    run_suite_0_1_0("libfairq.a", "test_fairq-0.1.0");
+}
+
+#[test]
+fn the_0_1_0_test_suite_passes_against_the_shared_library() {
+    run_suite_0_1_0("libfairq.so", "test_fairq-0.1.0-shared");
+}
+
+/// What the 0.1.0 suite asserted and no longer holds, checked as it holds now.
+#[test]
+fn changes_since_0_1_0_behave_as_the_changelog_says() {
+    use fairq::{Config, Engine, TenantKey};
+    let engine = Engine::new(Config {
+        enabled: true,
+        max_weight_classes: 3,
+        ..Config::default()
+    })
+    .unwrap();
+    let (a, b) = (TenantKey::from_raw(b"a"), TenantKey::from_raw(b"b"));
+    engine.set_weight_key(a, 2).unwrap();
+    engine.set_weight_key(b, 3).unwrap();
+    // 0.1.0 refused this (the class of 2 was never freed); now 2 is freed by the replacement.
+    engine
+        .replace_weight_keys(&[(a.get(), 3), (b.get(), 7)], 1)
+        .unwrap();
+    assert_eq!((engine.weight_of(a), engine.weight_of(b)), (3, 7));
 }
 
 #[test]
