@@ -8,6 +8,7 @@ package fairq
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -759,4 +760,75 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// The middleware keeps no memory per request: called directly (no server, no client), the live
+// Go heap after 20,000 more requests (queued, admitted at once, refused, and abandoned while
+// queued) is what it was after a warm-up, give or take 64 KiB. A leak of 100 bytes a request
+// (2 MB) fails it; the heap check of the mixed run above allows 4 MiB.
+func TestTwentyThousandRequestsLeaveNoHeapBehind(t *testing.T) {
+	q := newQueue(t, nil, HTTPOptions{})
+	defer q.Close()
+	h := q.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runtime.Gosched()
+		io.WriteString(w, "ok")
+	}))
+	var ok, refused atomic.Int64
+	burst := func(start, n int) {
+		sem := make(chan struct{}, 32)
+		var wg sync.WaitGroup
+		for i := start; i < start+n; i++ {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(i int) {
+				defer func() { <-sem; wg.Done() }()
+				r := httptest.NewRequest("GET", "/", nil)
+				if i%16 != 0 {
+					r.Header.Set("X-Tenant", "t"+strconv.Itoa(i%12))
+				}
+				if i%16 == 7 {
+					// A client that gives up: its request may be queued or running.
+					ctx, cancel := context.WithTimeout(r.Context(), 50*time.Microsecond)
+					defer cancel()
+					r = r.WithContext(ctx)
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				switch {
+				case w.Code == http.StatusOK && w.Body.String() == "ok":
+					ok.Add(1)
+				case w.Code == http.StatusTooManyRequests:
+					refused.Add(1)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}
+	quiet := func() uint64 {
+		for i := 0; i < 500; i++ {
+			if s, _ := q.Engine().Stats(); s.InFlight == 0 && s.Queued == 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	burst(0, 4000) // warm-up: tenant table, dispatcher, pools
+	before := quiet()
+	burst(4000, 20000)
+	after := quiet()
+	s, _ := q.Engine().Stats()
+	t.Logf("live heap %d B after the warm-up, %d B after 20,000 more (%+d B); %d ok, %d refused; engine %+v",
+		before, after, int64(after)-int64(before), ok.Load(), refused.Load(), s)
+	if s.Cancelled == 0 || refused.Load() == 0 {
+		t.Errorf("the mix had no cancel or no refusal: %+v", s)
+	}
+	if after > before+64<<10 {
+		t.Errorf("the live heap grew %d B over 20,000 requests", after-before)
+	}
 }
