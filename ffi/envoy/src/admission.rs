@@ -157,8 +157,8 @@ pub enum Admission<W> {
     Now(Ticket),
     /// Wait: the waiter's `wake` runs once the ticket ends.
     Wait(Ticket, Arc<Waiter<W>>),
-    /// Answer with a refusal now.
-    Refused(Refusal, Info),
+    /// Answer with a refusal now, for this reason.
+    Refused(Reason, Info),
 }
 
 /// Counts the module keeps beside the engine's.
@@ -216,18 +216,19 @@ impl<W: Wake> Queue<W> {
     /// that has a tenant (one without is refused at once).
     pub fn admit(&self, mut request: Request, wake: impl FnOnce() -> W) -> Admission<W> {
         request.timeout_ns = self.budget_ns;
+        let refused = |r: Refusal| {
+            let info = Info {
+                position: r.position,
+                waited_ns: r.waited_ns,
+                estimated_wait_ns: 0,
+            };
+            Admission::Refused(r.reason, info)
+        };
         if request.tenant.is_none() {
             return match self.engine.enqueue_at(&request, (self.clock)()) {
-                Ok(Enqueued::Refused(r)) => Admission::Refused(r, Info::default()),
+                Ok(Enqueued::Refused(r)) => refused(r),
                 // The engine refuses a request without a tenant; anything else is a bug there.
-                _ => Admission::Refused(
-                    Refusal {
-                        reason: Reason::NoTenant,
-                        position: 0,
-                        waited_ns: 0,
-                    },
-                    Info::default(),
-                ),
+                _ => Admission::Refused(Reason::NoTenant, Info::default()),
             };
         }
         let waiter = Arc::new(Waiter::new(wake()));
@@ -237,14 +238,9 @@ impl<W: Wake> Queue<W> {
         match self.engine.enqueue_at(&request, enqueued_at) {
             Ok(Enqueued::Queued {
                 ticket,
-                position,
                 estimated_wait_ns,
+                ..
             }) => {
-                let info = Info {
-                    position,
-                    waited_ns: 0,
-                    estimated_wait_ns,
-                };
                 // Relaxed: read by this thread, or published with the state by `settle`.
                 waiter
                     .estimated_wait_ns
@@ -252,16 +248,8 @@ impl<W: Wake> Queue<W> {
                 self.pump(Some(&waiter));
                 match waiter.ended() {
                     Ended::Granted(_) => Admission::Now(ticket),
-                    Ended::Refused(reason, info) => Admission::Refused(
-                        Refusal {
-                            reason,
-                            position: info.position,
-                            waited_ns: info.waited_ns,
-                        },
-                        info,
-                    ),
+                    Ended::Refused(reason, info) => Admission::Refused(reason, info),
                     Ended::Queued => {
-                        let _ = info;
                         // The deadline thread only reads a copy; a send fails only when that
                         // thread is gone, and then the engine's next grant reports the expiry.
                         let _ = self.deadlines.send(Deadline {
@@ -276,26 +264,12 @@ impl<W: Wake> Queue<W> {
             Ok(Enqueued::Refused(r)) => {
                 // SAFETY: `raw` came from `Arc::into_raw` above and the engine did not keep it.
                 drop(unsafe { Arc::from_raw(raw) });
-                Admission::Refused(
-                    r,
-                    Info {
-                        position: r.position,
-                        waited_ns: r.waited_ns,
-                        estimated_wait_ns: 0,
-                    },
-                )
+                refused(r)
             }
             Err(_) => {
                 // SAFETY: as above; an enqueue error keeps nothing.
                 drop(unsafe { Arc::from_raw(raw) });
-                Admission::Refused(
-                    Refusal {
-                        reason: Reason::NotQueueable,
-                        position: 0,
-                        waited_ns: 0,
-                    },
-                    Info::default(),
-                )
+                Admission::Refused(Reason::NotQueueable, Info::default())
             }
         }
     }
@@ -579,13 +553,13 @@ mod tests {
         let mut r = req("a");
         r.tenant = None;
         let made = std::cell::Cell::new(false);
-        let Admission::Refused(refusal, info) = q.admit(r, || {
+        let Admission::Refused(reason, info) = q.admit(r, || {
             made.set(true);
             Bell::default()
         }) else {
             panic!()
         };
-        assert_eq!(refusal.reason, Reason::NoTenant);
+        assert_eq!(reason, Reason::NoTenant);
         assert_eq!(info, Info::default());
         assert!(!made.get());
     }

@@ -281,8 +281,8 @@ impl Filter {
                 self.phase = Phase::Waiting;
                 abi::HEADERS_STOP_ALL_AND_WATERMARK
             }
-            Admission::Refused(refusal, info) => {
-                self.refuse(filter, refusal.reason, info);
+            Admission::Refused(reason, info) => {
+                self.refuse(filter, reason, info);
                 abi::HEADERS_STOP_ITERATION
             }
         };
