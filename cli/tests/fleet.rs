@@ -13,11 +13,15 @@
 //! Error metric: per tenant, |measured share − oracle share| / oracle share, where a share is the
 //! tenant's grants over all grants of the fleet in the window; a run's error is the largest over
 //! its tenants. Whole-run numbers use 20 s after a 3 s warm-up; time-resolved ones (Redis outage,
-//! traffic shift) use 200 ms windows sliding by 100 ms. The oracle's replica capacity is the
-//! measured mean grant rate per replica in the same window (the replicas are saturated).
+//! traffic shift) use 200 ms windows sliding by 100 ms. The oracle's capacity for each replica is
+//! that replica's measured grant rate in the same window (the replicas are saturated), so a
+//! replica the machine stalled counts with the capacity it had. Time-resolved checks leave out
+//! windows in which (or just before which) a replica's own loop stalled, and grant durations
+//! leave out that replica's stalled ticks; the harness prints how many it left out.
 //!
 //! `cargo test --release -p fairq-cli --features fleet --test fleet -- --nocapture` prints the
-//! table.
+//! table. `FAIRQ_FLEET_STALLS=25` in front of it tries the harness on a disturbed machine: it
+//! stops random replicas for 25-150 ms, several times a second.
 #![cfg(feature = "fleet")]
 
 // The oracle lives in a subfolder, so Cargo does not take it for a test target of its own.
@@ -177,8 +181,9 @@ impl Scenario {
         Value::Array(flows).to_string()
     }
 
-    /// Demand per (tenant, replica) while the flows active at `t_ms` run, capacity `c` each.
-    fn problem(&self, t_ms: u64, c: f64) -> Problem {
+    /// Demand per (tenant, replica) while the flows active at `t_ms` run, on replicas that
+    /// served `caps` requests per second each.
+    fn problem(&self, t_ms: u64, caps: &[f64]) -> Problem {
         let demand = self
             .tenants()
             .iter()
@@ -201,24 +206,24 @@ impl Scenario {
         Problem {
             weights: self.weights.iter().map(|w| w.1).collect(),
             demand,
-            capacity: vec![c; REPLICAS],
+            capacity: caps.to_vec(),
         }
     }
 
     /// The fair fleet-wide shares at `t_ms`.
-    fn oracle(&self, t_ms: u64, c: f64) -> Vec<f64> {
-        shares(&fair_rates(&self.problem(t_ms, c)))
+    fn oracle(&self, t_ms: u64, caps: &[f64]) -> Vec<f64> {
+        shares(&fair_rates(&self.problem(t_ms, caps)))
     }
 
     /// The shares each replica gives by itself (fleet mode off): the oracle per replica, summed.
-    fn local(&self, t_ms: u64, c: f64) -> Vec<f64> {
-        let p = self.problem(t_ms, c);
+    fn local(&self, t_ms: u64, caps: &[f64]) -> Vec<f64> {
+        let p = self.problem(t_ms, caps);
         let mut rates = vec![0.0; p.weights.len()];
         for r in 0..REPLICAS {
             let one = Problem {
                 weights: p.weights.clone(),
                 demand: p.demand.iter().map(|d| vec![d[r]]).collect(),
-                capacity: vec![c],
+                capacity: vec![caps[r]],
             };
             for (sum, x) in rates.iter_mut().zip(fair_rates(&one)) {
                 *sum += x;
@@ -248,6 +253,7 @@ struct RunData {
 
 struct Running {
     label: String,
+    pids: Vec<u32>,
     children: Vec<JoinHandle<std::io::Result<Output>>>,
 }
 
@@ -286,6 +292,7 @@ fn launch(
     smoothing: f64,
     setup: &Setup,
 ) -> Running {
+    let mut pids = Vec::new();
     let children = (0..REPLICAS)
         .map(|r| {
             let mut cmd = Command::new(&setup.bins[r]);
@@ -311,14 +318,45 @@ fn launch(
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn fairq fleet-replica");
+            pids.push(child.id());
             // Read while it runs: a full pipe would stall the replica's event loop.
             std::thread::spawn(move || child.wait_with_output())
         })
         .collect();
     Running {
         label: label.to_string(),
+        pids,
         children,
     }
+}
+
+/// A test of the harness itself on a disturbed machine: with `FAIRQ_FLEET_STALLS=N`, N times a
+/// second one replica process, drawn at random, is stopped (`SIGSTOP`) for 25-150 ms, until
+/// `until_unix_ms`. Off (no thread) by default.
+fn inject_stalls(pids: Vec<u32>, until_unix_ms: u64) -> Option<JoinHandle<usize>> {
+    let per_sec: u64 = std::env::var("FAIRQ_FLEET_STALLS").ok()?.parse().ok()?;
+    Some(std::thread::spawn(move || {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ unix_ms();
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let signal = |sig: &str, pid: u32| {
+            let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+        };
+        let mut stops = 0;
+        while unix_ms() < until_unix_ms {
+            std::thread::sleep(Duration::from_millis(1_000 / per_sec.max(1)));
+            let pid = pids[(next() % pids.len() as u64) as usize];
+            signal("-STOP", pid);
+            std::thread::sleep(Duration::from_millis(25 + next() % 126));
+            signal("-CONT", pid);
+            stops += 1;
+        }
+        stops
+    }))
 }
 
 fn collect(running: Running) -> RunData {
@@ -438,6 +476,48 @@ fn stalled(run: &RunData, a: u64, b: u64) -> bool {
         .any(|r| (a + 1..=b).any(|k| r.late_us[k as usize] > STALL_US))
 }
 
+/// Time (ms) in ticks (from_ms, to_ms] that a replica of `run` stood stalled: per tick, the
+/// longest late wake-up over the replicas, counting wake-ups later than `STALL_US`.
+fn stalled_ms(run: &RunData, from_ms: u64, to_ms: u64) -> u64 {
+    (from_ms / TICK_MS + 1..=to_ms / TICK_MS)
+        .filter_map(|k| {
+            run.replicas
+                .iter()
+                .map(|r| r.late_us[k as usize])
+                .filter(|&l| l > STALL_US)
+                .max()
+        })
+        .sum::<u64>()
+        / 1_000
+}
+
+/// How long after `from` the run settled, net of the time its replicas stood stalled in
+/// between (a stalled replica neither serves nor syncs, whatever fleet mode does), and how it
+/// reads: "700 ms", or "1100 ms, 600 ms net of 500 ms stalled". None if either is unknown, or
+/// if a stalled replica spoilt over half of the windows: too few are left to decide on.
+fn settle_time(run: &RunData, from: Option<u64>, settled: &Settled) -> (Option<u64>, String) {
+    if 2 * settled.stalled > settled.windows {
+        let text = format!(
+            "undecided: {} of {} windows with a stalled replica",
+            settled.stalled, settled.windows
+        );
+        return (None, text);
+    }
+    match (from, settled.at) {
+        (Some(f), Some(t)) if t >= f => {
+            let stall = stalled_ms(run, f, t);
+            let net = (t - f).saturating_sub(stall);
+            let text = if stall == 0 {
+                format!("{} ms", t - f)
+            } else {
+                format!("{} ms, {net} ms net of {stall} ms stalled", t - f)
+            };
+            (Some(net), text)
+        }
+        _ => (None, "never".to_string()),
+    }
+}
+
 /// Largest relative error of `measured` against `reference` (tenants with a reference share).
 fn max_error(measured: &[f64], reference: &[f64]) -> f64 {
     measured
@@ -448,13 +528,18 @@ fn max_error(measured: &[f64], reference: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Shares in ticks (a, b], the oracle's shares for them and the mean replica rate (req/s).
-fn window(run: &RunData, sc: &Scenario, a: u64, b: u64) -> (Vec<f64>, Vec<f64>, f64) {
+/// Shares in ticks (a, b], the oracle's shares for them and each replica's rate (req/s).
+///
+/// The oracle takes each replica's capacity as what that replica served in the same window: a
+/// replica the machine stalled served less, and the fair shares are those of the capacity that
+/// was there, so a stall of one process is not counted as a fleet-mode error.
+fn window(run: &RunData, sc: &Scenario, a: u64, b: u64) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (per_tenant, per_replica) = grants(run, &sc.tenants(), a, b);
     let secs = (b - a) as f64 * TICK_MS as f64 / 1e3;
-    let c = per_replica.iter().sum::<f64>() / per_replica.len() as f64 / secs;
+    let caps: Vec<f64> = per_replica.iter().map(|n| n / secs).collect();
     let mid = (a + b) * TICK_MS / 2;
-    (shares(&per_tenant), sc.oracle(mid, c), c)
+    let oracle = sc.oracle(mid, &caps);
+    (shares(&per_tenant), oracle, caps)
 }
 
 /// When a run settled after an event.
@@ -464,6 +549,8 @@ struct Settled {
     at: Option<u64>,
     /// Windows left out because a replica stalled (`STALL_US`).
     stalled: usize,
+    /// Windows looked at.
+    windows: usize,
     /// The same without leaving stalled windows out.
     at_raw: Option<u64>,
 }
@@ -475,20 +562,24 @@ fn settled_at(
     from_ms: u64,
     until_ms: u64,
     limit: f64,
-    reference: impl Fn(u64, f64) -> Vec<f64>,
+    reference: impl Fn(u64, &[f64]) -> Vec<f64>,
 ) -> Settled {
     let mut out = Settled {
         at: None,
         stalled: 0,
+        windows: 0,
         at_raw: None,
     };
     let mut end = from_ms / TICK_MS + 1;
     while end * TICK_MS <= until_ms {
         let a = end.saturating_sub(WINDOW_TICKS);
-        let (measured, _, c) = window(run, sc, a, end);
-        let ok = max_error(&measured, &reference((a + end) * TICK_MS / 2, c)) <= limit;
-        let stall = stalled(run, a, end);
+        let (measured, _, caps) = window(run, sc, a, end);
+        let ok = max_error(&measured, &reference((a + end) * TICK_MS / 2, &caps)) <= limit;
+        // A stall in the tick before the window still shows in it: the other replicas synced
+        // against the stalled one's late report.
+        let stall = stalled(run, a.saturating_sub(1), end);
         out.stalled += usize::from(stall);
+        out.windows += 1;
         if ok {
             out.at_raw.get_or_insert(end * TICK_MS);
             if !stall {
@@ -514,12 +605,14 @@ fn percentile(samples: &mut [u32], p: f64) -> u32 {
     samples[i]
 }
 
-/// Grant-call durations in ticks (a, b], all replicas.
+/// Grant-call durations in ticks (a, b], all replicas, leaving out the ticks in which that
+/// replica's own loop stalled (`STALL_US`): the machine preempted the process, whatever the
+/// grant path did.
 fn latencies(run: &RunData, ranges: &[(u64, u64)]) -> Vec<u32> {
     let mut out = Vec::new();
     for rep in &run.replicas {
         for &(a, b) in ranges {
-            for k in a + 1..=b {
+            for k in (a + 1..=b).filter(|&k| rep.late_us[k as usize] <= STALL_US) {
                 out.extend_from_slice(&rep.lat_ns[k as usize]);
             }
         }
@@ -777,8 +870,8 @@ impl Verdicts {
 /// Whole-run comparison (scenarios 1 and 2): shares over 20 s after warm-up.
 fn whole_run(v: &mut Verdicts, sc: &Scenario, on: &RunData, off: &RunData) -> (f64, f64) {
     let (a, b) = (WARMUP_MS / TICK_MS, RUN_MS / TICK_MS);
-    let (on_s, oracle_on, c_on) = window(on, sc, a, b);
-    let (off_s, oracle_off, c_off) = window(off, sc, a, b);
+    let (on_s, oracle_on, _) = window(on, sc, a, b);
+    let (off_s, oracle_off, _) = window(off, sc, a, b);
     let (_, rep_on) = grants(on, &sc.tenants(), a, b);
     let (_, rep_off) = grants(off, &sc.tenants(), a, b);
     let secs = MEASURE_MS as f64 / 1e3;
@@ -810,7 +903,6 @@ fn whole_run(v: &mut Verdicts, sc: &Scenario, on: &RunData, off: &RunData) -> (f
             100.0 * (off_s[i] - oracle_off[i]).abs() / oracle_off[i],
         ));
     }
-    let _ = (c_on, c_off);
     (max_error(&on_s, &oracle_on), max_error(&off_s, &oracle_off))
 }
 
@@ -859,12 +951,15 @@ fn fleet_harness() {
         &uniform,
     ));
     let events = outage(outage_redis, start, "3-on".to_string());
+    let pids = running.iter().flat_map(|r| r.pids.clone()).collect();
+    let stalls1 = inject_stalls(pids, start + RUN_MS);
     let mut runs: BTreeMap<String, RunData> = running
         .into_iter()
         .map(collect)
         .map(|r| (r.label.clone(), r))
         .collect();
     let outage_log = events.join().unwrap();
+    let stops1 = stalls1.map(|h| h.join().unwrap());
     let events = &outage_log.events;
     let calls = command_calls(shared.port());
 
@@ -912,6 +1007,8 @@ fn fleet_harness() {
         &uniform,
     ));
     let failover = cluster_failover(cluster, start2, "3c");
+    let pids = running.iter().flat_map(|r| r.pids.clone()).collect();
+    let stalls2 = inject_stalls(pids, start2 + RUN_MS);
     runs.extend(
         running
             .into_iter()
@@ -919,6 +1016,7 @@ fn fleet_harness() {
             .map(|r| (r.label.clone(), r)),
     );
     let failover = failover.join().unwrap();
+    let stops2 = stalls2.map(|h| h.join().unwrap());
     let run = |label: &str| &runs[label];
 
     let mut v = Verdicts::default();
@@ -984,8 +1082,8 @@ fn fleet_harness() {
             .find(|&k| run3.replicas[0].degraded[k as usize])
             .map(|k| k * TICK_MS)
     };
-    let local = |t: u64, c: f64| frozen.local(t, c);
-    let oracle = |t: u64, c: f64| frozen.oracle(t, c);
+    let local = |t: u64, caps: &[f64]| frozen.local(t, caps);
+    let oracle = |t: u64, caps: &[f64]| frozen.oracle(t, caps);
     let since = |t: Option<u64>, from: Option<u64>| match (t, from) {
         (Some(t), Some(f)) => format!("{} ms", t as i64 - f as i64),
         _ => "never".to_string(),
@@ -1015,20 +1113,18 @@ fn fleet_harness() {
             since(reached.at, degraded),
             stall_note(&reached, degraded),
         ));
+        let (net, took) = settle_time(run3, degraded, &reached);
         v.check(
-            matches!((reached.at, degraded), (Some(r), Some(d)) if r <= d + LOCAL_WITHIN_MS),
-            format!(
-                "3 {how}: local shares within 1 s of degradation ({})",
-                since(reached.at, degraded)
-            ),
+            net.is_some_and(|n| n <= LOCAL_WITHIN_MS),
+            format!("3 {how}: local shares within 1 s of degradation ({took})"),
         );
         let until = if up == THAW_MS { KILL_MS } else { RUN_MS };
         let back = settled_at(run3, &frozen, up, until, MAX_ON_ERROR, oracle);
+        let (net, took) = settle_time(run3, Some(up), &back);
         v.check(
-            back.at.is_some_and(|t| t <= up + RECOVER_WITHIN_MS),
+            net.is_some_and(|n| n <= RECOVER_WITHIN_MS),
             format!(
-                "3 {how}, Redis back at {up} ms: error <= 5% again after {}{}",
-                since(back.at, Some(up)),
+                "3 {how}, Redis back at {up} ms: error <= 5% again after {took}{}",
                 stall_note(&back, Some(up))
             ),
         );
@@ -1106,7 +1202,7 @@ fn fleet_harness() {
 
     // 4: traffic shift.
     let run4 = run("4-on");
-    let reference = |t: u64, c: f64| shifted.oracle(t, c);
+    let reference = |t: u64, caps: &[f64]| shifted.oracle(t, caps);
     let before = settled_at(run4, &shifted, WARMUP_MS, SHIFT_MS, MAX_ON_ERROR, reference);
     let after = settled_at(run4, &shifted, SHIFT_MS, RUN_MS, MAX_ON_ERROR, reference);
     let worst_after = (SHIFT_MS / TICK_MS + 1..=RUN_MS / TICK_MS)
@@ -1127,12 +1223,10 @@ fn fleet_harness() {
         100.0 * worst_after,
         stall_note(&after, Some(SHIFT_MS))
     ));
+    let (net, took) = settle_time(run4, Some(SHIFT_MS), &after);
     v.check(
-        after.at.is_some_and(|t| t <= SHIFT_MS + SHIFT_WITHIN_MS),
-        format!(
-            "4: error <= 5% within 1 s of the move (from {})",
-            since(after.at, Some(SHIFT_MS))
-        ),
+        net.is_some_and(|n| n <= SHIFT_WITHIN_MS),
+        format!("4: error <= 5% within 1 s of the move (from {took})"),
     );
 
     // 5: pipelines per period (replica status) and commands per pipeline (Redis side).
@@ -1142,6 +1236,7 @@ fn fleet_harness() {
     let mut alive_total = 0.0;
     let mut per_period: f64 = 0.0;
     let mut over = Vec::new();
+    let mut unsent = 0u64;
     let shared_runs = skewed.iter().chain([&sym, &shifted]);
     for sc in shared_runs {
         let r_on = run(&format!("{}-on", sc.name));
@@ -1158,8 +1253,16 @@ fn fleet_harness() {
             bound += p * (17 + 7 * tenants.len() as u64);
             per_period = per_period.max(p as f64 / (alive / PERIOD_MS as f64));
             let allowed = (alive / (0.9 * PERIOD_MS as f64)).floor() as u64 + 1;
-            if p > allowed || f["syncs"].as_u64() != Some(p) {
-                over.push(format!("{} r{}: {p} in {alive:.0} ms", r_on.label, r + 1));
+            // A sync sends one request, or none when it cannot connect (a stalled machine can
+            // time a connect out); never two on a Redis that kept its script.
+            let syncs = f["syncs"].as_u64().unwrap();
+            unsent += syncs.saturating_sub(p);
+            if p > allowed || p > syncs {
+                over.push(format!(
+                    "{} r{}: {p} requests in {syncs} syncs, {alive:.0} ms",
+                    r_on.label,
+                    r + 1
+                ));
             }
         }
     }
@@ -1167,7 +1270,8 @@ fn fleet_harness() {
         over.is_empty(),
         format!(
             "5: {replicas} replicas sent {pipelines} requests, at most {per_period:.2} per \
-             period each (bound: one per period at -10% jitter, + 1; syncs = requests); \
+             period each (bound: one per period at -10% jitter, + 1; at most one per sync; \
+             {unsent} syncs sent none); \
              over: {over:?}"
         ),
     );
@@ -1207,7 +1311,9 @@ fn fleet_harness() {
         ("5-random", "each replica at random 50-500 ms intervals"),
     ] {
         let r = run(label);
-        let (m, o, c) = window(r, &mostly, a, b);
+        let (m, o, caps) = window(r, &mostly, a, b);
+        // A fair split gives A half of the fleet, of which r1 serves it all it can.
+        let fair_fast = caps.iter().sum::<f64>() / 2.0 - caps[0];
         let e = max_error(&m, &o);
         mixed_errors.push(e);
         let a_fast = per_replica_rate(r, 1, "A") + per_replica_rate(r, 2, "A");
@@ -1222,7 +1328,7 @@ fn fleet_harness() {
                 m[1],
                 o[0],
                 o[1],
-                c / 2.0
+                fair_fast
             ),
         );
     }
@@ -1294,13 +1400,13 @@ fn fleet_harness() {
         promoted.map_or("never".into(), |p| format!("{p} ms")),
         degraded.map_or("never".into(), |d| format!("{d} ms")),
     ));
+    let (net, took) = settle_time(r3c, degraded, &reached);
     v.check(
-        matches!((reached.at, degraded), (Some(r), Some(d)) if r <= d + LOCAL_WITHIN_MS),
+        net.is_some_and(|n| n <= LOCAL_WITHIN_MS),
         format!(
             "8 3c master killed: degraded {} after the kill, local shares within 1 s of \
-             degradation ({}){}",
+             degradation ({took}){}",
             since(degraded, Some(kill)),
-            since(reached.at, degraded),
             stall_note(&reached, degraded)
         ),
     );
@@ -1314,11 +1420,11 @@ fn fleet_harness() {
         MAX_ON_ERROR,
         oracle,
     );
+    let (net, took) = settle_time(r3c, promoted, &back);
     v.check(
-        promoted.is_some() && back.at.is_some_and(|t| t <= until + RECOVER_WITHIN_MS),
+        net.is_some_and(|n| n <= RECOVER_WITHIN_MS),
         format!(
-            "8 3c replica promoted: error <= 5% again after {}{}",
-            since(back.at, promoted),
+            "8 3c replica promoted: error <= 5% again after {took}{}",
             stall_note(&back, promoted)
         ),
     );
@@ -1349,7 +1455,13 @@ fn fleet_harness() {
             .sum::<usize>(),
         wall.elapsed().as_secs_f64()
     ));
-    // One line for .ci/run: on a quiet machine this is 0 (also with two CPU hogs beside it).
+    if let (Some(a), Some(b)) = (stops1, stops2) {
+        v.note(format!(
+            "FAIRQ_FLEET_STALLS: replicas stopped for 25-150 ms {a} times in phase 1, {b} in \
+             phase 2"
+        ));
+    }
+    // On a quiet machine this is 0 (also with two CPU hogs beside it).
     v.note(format!(
         "fleet harness: replica ticks stalled in all: {}",
         per_run.iter().map(|(_, n)| n).sum::<usize>()
