@@ -5,16 +5,18 @@
 #   loom-tests/run.sh                 # every model, then every broken variant
 #   loom-tests/run.sh tickets         # one model file (a `cargo test --test` name)
 #   LOOM_MAX_PREEMPTIONS=3 loom-tests/run.sh   # a deeper search (passes; about 2.5 min here)
-#   FAIRQ_LOOM_BROKEN=0 loom-tests/run.sh      # skip the broken variants (and their build)
+#   FAIRQ_LOOM_BROKEN=0 loom-tests/run.sh      # skip the broken variants
 #
 # A failure prints loom's panic; rerun that model with LOOM_LOG=1 (and LOOM_LOCATION=1) to see
-# the interleaving. Builds go to target/loom and target/loom-broken, so the `--cfg loom` build
-# never invalidates the normal one.
+# the interleaving. One build serves both halves: `--cfg loom --cfg fairq_broken` in target/loom
+# (so it never invalidates the normal build). A broken variant stays off unless its `broken_`
+# test switches it on, so the models run the real code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-0}"
+export RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on"
 mkdir -p target
 tests=()
 for name in "$@"; do tests+=(--test "$name"); done
@@ -25,17 +27,14 @@ started=$SECONDS
 # The engine-level models (loom-tests/tests), then the models that sit beside the primitives
 # they prove (`loom_models` modules inside the crate), unless one model file was named.
 {
-    RUSTFLAGS="--cfg loom -C debug-assertions=on" \
-        cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom \
-        "${tests[@]}" -- --nocapture --test-threads=1
+    cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom \
+        "${tests[@]}" -- --nocapture --test-threads=1 --skip broken_
     if [ $# -eq 0 ]; then
-        RUSTFLAGS="--cfg loom -C debug-assertions=on" \
-            cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom \
-            loom_models -- --nocapture --test-threads=1
+        cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom \
+            loom_models -- --nocapture --test-threads=1 --skip broken_
         # The Envoy module's hand-over of a grant between worker threads.
-        RUSTFLAGS="--cfg loom -C debug-assertions=on" \
-            cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom \
-            loom_models -- --nocapture --test-threads=1
+        cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom \
+            loom_models -- --nocapture --test-threads=1 --skip broken_
     fi
 } 2>&1 | tee target/loom-models.log | grep -v '^$'
 echo "loom models: $((SECONDS - started)) s"
@@ -50,15 +49,12 @@ fi
 echo "== broken variants (each must be caught)"
 started=$SECONDS
 {
-    RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
-        cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom-broken \
+    cargo test --release --no-fail-fast -p fairq-loom-tests --target-dir target/loom \
         "${tests[@]}" -- --nocapture --test-threads=1 broken_
     if [ $# -eq 0 ]; then
-        RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
-            cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom-broken \
+        cargo test --release --no-fail-fast -p fairq --lib --target-dir target/loom \
             broken_ -- --nocapture --test-threads=1
-        RUSTFLAGS="--cfg loom --cfg fairq_broken -C debug-assertions=on" \
-            cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom-broken \
+        cargo test --release --no-fail-fast -p fairq-envoy --lib --target-dir target/loom \
             broken_ -- --nocapture --test-threads=1
     fi
 } 2>&1 | tee target/loom-broken.log |

@@ -1,5 +1,6 @@
 //! Deliberately broken variants of the engine's atomic protocols, compiled only with
-//! `--cfg fairq_broken` (never into a normal, test, bench or plain loom build).
+//! `--cfg fairq_broken` (never into a normal, test or bench build; the loom build has them, each
+//! off unless a `broken_` test switches it on for its thread).
 //!
 //! Each loom model in `loom-tests/` has a twin test that switches one variant on and expects the
 //! model to fail, proving the model can catch what it guards against. `loom-tests/run.sh` runs

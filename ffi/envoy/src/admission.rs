@@ -794,19 +794,16 @@ mod loom_models {
         });
     }
 
-    #[cfg(not(fairq_broken))]
     #[test]
     fn handover_grant_races_leave() {
         grant_races_leave();
     }
 
-    #[cfg(not(fairq_broken))]
     #[test]
     fn handover_expiry_races_grant_and_leave() {
         expiry_races_grant_and_leave();
     }
 
-    #[cfg(not(fairq_broken))]
     #[test]
     fn handover_grant_wakes_the_owner_once() {
         grant_wakes_the_owner_once();
