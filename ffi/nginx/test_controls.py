@@ -11,7 +11,9 @@ standard library only (the HTTP client and checks come from test_nginx.py):
   from 1:1 to 3:1 (within 10 %);
 - fairq_starvation_guard: a weight-1 tenant against a weight-99 one gets its 3 % floor (under
   2 % without the guard);
-- fairq_wait_boost: a tenant waiting behind held permits gets a boost from the worker's timer;
+- fairq_wait_boost: the boost adds 1 to a waiting tenant's weight class, so 48 weight-1 tenants
+  that each wait some 5 s for their turn against one of weight 800 get at least 1.3x the share
+  they get from the same traffic, at the same time, on an nginx without it;
 - fairq_feedback: the controller's period runs on the timer of each worker (2 workers);
 - fairq_pool and fairq_downstream: a stuck pool leaves the other pool's p95 within 1.5x of its
   p95 alone (and without pools, the same stuck upstream takes every permit);
@@ -50,6 +52,10 @@ SERVICE_MS = 50       # upstream service time (mean, +-20 %)
 PHASE_S = 5.0
 WARMUP_S = 1.0
 FEEDBACK_PERIOD_MS = 60000   # the controller's shortest period
+BOOST_CROWD = 48      # weight-1 tenants (one weight class), 2 conns each: a standing queue
+BOOST_BULK = 800      # the weight of the tenant they share the permits with
+BOOST_S = 8.0
+BOOST_WINDOW_S = 3.0  # the crowd's first grants come through the light-tenant lane: skipped
 
 
 # ---------------------------------------------------------------------------------- upstream
@@ -162,6 +168,7 @@ http {{
     fairq_tenant_queue_size 256;
     fairq_max_wait 30s;
     fairq_weight heavy 99;
+    fairq_weight bulk {bulk};
 {http}
     upstream fast {{
         server 127.0.0.1:{fast_port};
@@ -248,8 +255,8 @@ class Nginx:
         user = "user nobody nogroup;" if os.geteuid() == 0 else ""
         with open(self.conf, "w") as f:
             f.write(CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
-                                workers=workers, c=C, http=http, fast_port=ports[0],
-                                slow_port=ports[1], port=self.port))
+                                workers=workers, c=C, bulk=BOOST_BULK, http=http,
+                                fast_port=ports[0], slow_port=ports[1], port=self.port))
 
     def test(self):
         return subprocess.run([self.args.nginx, "-t", "-p", self.prefix, "-c", self.conf],
@@ -390,25 +397,59 @@ async def pools(port, label, stuck=False):
     return p95, fast, mid
 
 
-async def boost(port):
-    print("- fairq_wait_boost 1000: a tenant waiting behind held permits", flush=True)
-    hold = [asyncio.create_task(get(port, "/plain/?sleep=3000", {"X-Api-Key": "holder"}))
-            for _ in range(C)]
-    await asyncio.sleep(0.2)
-    waiter = asyncio.create_task(get(port, "/plain/", {"X-Api-Key": "waiter"}))
-    # Ticks come every second: one falls between 1 s and 2.3 s of waiting.
-    await asyncio.sleep(2.3)
-    samples = await scrape(port)
-    boosted = metric(samples, "rate_limit_fair_queue_boosted_tenants", tenant_dimension="user")
-    started = metric(samples, "fairq_nginx_boosts_started_total")
-    ticks = metric(samples, "fairq_nginx_policy_ticks_total")
-    check(boosted is not None and boosted >= 1 and started >= 1 and ticks >= 1,
-          f"/metrics after 2.3 s of waiting: boosted_tenants {boosted}, boosts started "
-          f"{started}, ticks {ticks}", timing=True)
-    await asyncio.gather(*hold)
-    r = await waiter
-    check(r.status == 200 and "x-fair-queue-wait-ms" in r.headers,
-          f"the waiter is served after waiting ({r.status})")
+async def crowd_share(port, until, window, mid=None):
+    """BOOST_CROWD weight-1 tenants (2 conns each, so each keeps a request queued) against
+    `bulk` (weight BOOST_BULK, 16 conns) until `until`: the crowd's share of the requests served
+    in `window`. Their class's weight is 48 against 800, so each crowd tenant waits some 5 s
+    between its grants, and `bulk` is served all the time. `mid` gets /metrics halfway."""
+    bulk, crowd = [], []
+    looks = []
+    if mid is not None:
+        async def look():
+            await asyncio.sleep((until - time.monotonic()) / 2)
+            mid.update(await scrape(port))
+        looks.append(look())
+    await asyncio.gather(
+        loop(port, "/plain/", {"X-Api-Key": "bulk"}, 16, until, bulk),
+        *(loop(port, "/plain/", {"X-Api-Key": f"crowd-{i}"}, 2, until, crowd)
+          for i in range(BOOST_CROWD)),
+        *looks)
+    nb, nc = completed(bulk, *window), completed(crowd, *window)
+    return (nc / (nb + nc) if nb + nc else 0), nc, nb
+
+
+async def boost(args, prefix, ports, control):
+    """The boost raises the weight of a waiting tenant's class by 1 until the tenant is served:
+    a crowd of weight-1 tenants that each wait seconds for their turn gets a larger share with
+    it. The same traffic at once on an nginx with the boost and on the plain one (each with
+    its own upstream)."""
+    print(f"- fairq_wait_boost 1000: {BOOST_CROWD} weight-1 tenants against one of weight "
+          f"{BOOST_BULK}, with the boost and without", flush=True)
+    ng = Nginx(args, os.path.join(prefix, "boost"), (ports[2], ports[1]),
+               "    fairq_wait_boost 1000;\n")
+    await ng.start()
+    try:
+        t0 = time.monotonic()
+        until = t0 + BOOST_S
+        window = (t0 + BOOST_WINDOW_S, until)
+        mid = {}
+        (on, on_crowd, on_bulk), (off, off_crowd, off_bulk) = await asyncio.gather(
+            crowd_share(ng.port, until, window, mid), crowd_share(control.port, until, window))
+        print(f"  {BOOST_S - BOOST_WINDOW_S:.0f} s: crowd {on_crowd}, bulk {on_bulk} with the "
+              f"boost (crowd's share {on:.1%}); crowd {off_crowd}, bulk {off_bulk} without "
+              f"({off:.1%})", flush=True)
+        check(off > 0 and on >= 1.3 * off,
+              f"the boost raises the waiting class's share: {on:.1%} against {off:.1%} without "
+              f"(x{on / off if off else float('inf'):.2f}, at least x1.3)", timing=True)
+        boosted = metric(mid, "rate_limit_fair_queue_boosted_tenants", tenant_dimension="user")
+        samples = await scrape(ng.port)
+        started = metric(samples, "fairq_nginx_boosts_started_total")
+        check(boosted is not None and boosted >= 1 and started >= BOOST_CROWD,
+              f"/metrics: boosted_tenants {boosted} halfway, boosts started {started} (at "
+              f"least one per crowd tenant)", timing=True)
+        return on, off
+    finally:
+        ng.stop("boost")
 
 
 def nginx_t_refuses(args, prefix, ports):
@@ -534,7 +575,8 @@ async def ticks_in_each_worker(ng, started):
 async def run(args):
     prefix = tempfile.mkdtemp(prefix="fairq-nginx-controls-")
     os.chmod(prefix, 0o755)
-    ports = (free_port(), free_port())
+    # fast, slow, and a third like fast for the nginx that runs next to the plain one.
+    ports = (free_port(), free_port(), free_port())
     backends = [subprocess.Popen([sys.executable, __file__, "--backend", str(p)])
                 for p in ports]
     main = control = ticking = None
@@ -597,13 +639,14 @@ async def run(args):
               f"(x{nopools / alone:.1f} alone)", timing=True)
         await asyncio.sleep(1.0)
 
-        await boost(main.port)
+        boost_on, boost_off = await boost(args, prefix, ports, control)
         shed = await shedding(args, prefix, ports)
         await ticks_in_each_worker(ticking, ticking_started)
 
         print(f"\nMEASURED: tiers gold:iron {ratio:.2f}; guard light share {on:.1%} (off "
               f"{off:.1%}); fast pool p95 alone {alone:.1f} ms, slow stuck {stuck:.1f} ms "
-              f"(x{stuck / alone:.2f}), without pools {nopools:.0f} ms; shedding: "
+              f"(x{stuck / alone:.2f}), without pools {nopools:.0f} ms; crowd's share with the "
+              f"boost {boost_on:.1%} (without {boost_off:.1%}); shedding: "
               f"{dict(shed[0]) if shed else None}, {shed[1] if shed else 0} refused "
               f"downstream_shedding", flush=True)
     finally:
