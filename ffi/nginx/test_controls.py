@@ -14,7 +14,10 @@ standard library only (the HTTP client and checks come from test_nginx.py):
 - fairq_wait_boost: the boost adds 1 to a waiting tenant's weight class, so 48 weight-1 tenants
   that each wait some 5 s for their turn against one of weight 800 get at least 1.3x the share
   they get from the same traffic, at the same time, on an nginx without it;
-- fairq_feedback: the controller's period runs on the timer of each worker (2 workers);
+- fairq_feedback: the controller moves effective weights. A weight-2 tenant that the guard gave
+  a third of the grants in the first period (its weight gives it a fifth) weighs 1 after it
+  (60 s, the shortest period): 1:2 against another weight-2 tenant, where a weight-2 tenant
+  idle in the period still splits 1:1. And the period runs on the timer of each of 2 workers;
 - fairq_pool and fairq_downstream: a stuck pool leaves the other pool's p95 within 1.5x of its
   p95 alone (and without pools, the same stuck upstream takes every permit);
 - fairq_shed: with the upstream answering 500 to 10 % of a pool's requests, the pool's limit is
@@ -133,9 +136,11 @@ def completed(responses, t1, t2):
     return sum(1 for r in responses if r.status == 200 and t1 <= r.end <= t2)
 
 
-async def scrape(port):
+async def scrape(port, quiet=False):
+    """/metrics, parsed; `quiet` (for polling) reports only a text that does not parse."""
     samples, _, errors = parse_prometheus((await get(port, "/metrics")).body.decode())
-    check(not errors, "/metrics parses" + (": " + "; ".join(errors[:3]) if errors else ""))
+    if errors or not quiet:
+        check(not errors, "/metrics parses" + (": " + "; ".join(errors[:3]) if errors else ""))
     return samples
 
 
@@ -572,6 +577,124 @@ async def ticks_in_each_worker(ng, started):
           f"both workers tick every second and ran a feedback period ({seen})", timing=True)
 
 
+# The feedback nginx: fb-over and fb-twin weigh 2 alike. In the controller's first period
+# fb-over has a guard's third of the grants against fb-big, where its weight gives it a fifth;
+# fb-twin is only idle. After the period fb-over should weigh 1 (its floor, 50 % of 2).
+FEEDBACK = f"""\
+    fairq_feedback {FEEDBACK_PERIOD_MS} 50 200;
+    fairq_starvation_guard 1 30;
+    fairq_weight fb-over 2;
+    fairq_weight fb-twin 2;
+    fairq_weight fb-peer 2;
+    fairq_weight fb-big 8;
+"""
+
+
+def tenant_metric(samples, name, raw):
+    return metric(samples, "rate_limit_fair_queue_tenant_" + name, tenant_dimension="user",
+                  tenant=tenant_key_hex(raw))
+
+
+async def over_serve(ng):
+    """The feedback nginx's first period: fb-over, fb-twin and fb-peer each send a request
+    before the worker's first tick, so each holds its slot when that tick takes the
+    controller's baseline (a tenant that comes later is judged a period later). Then fb-over
+    (16 conns) against fb-big (16 conns) until fb-over expected 150 cost units (the controller
+    judges from 100), its fair-share ratio well above 110 %."""
+    print(f"- fairq_feedback {FEEDBACK_PERIOD_MS} 50 200, fairq_starvation_guard 1 30: the "
+          f"first period over-serves fb-over (weight 2) against fb-big (weight 8)", flush=True)
+    for raw in ("fb-over", "fb-twin", "fb-peer"):
+        await get(ng.port, "/plain/", {"X-Api-Key": raw})
+    ticks = metric(await scrape(ng.port), "fairq_nginx_policy_ticks_total")
+    check(ticks == 0, f"the tenants took their slots before the first tick (ticks {ticks})",
+          timing=True)
+    deadline = time.monotonic() + 5.0
+    while (not metric(await scrape(ng.port, quiet=True), "fairq_nginx_policy_ticks_total")
+           and time.monotonic() < deadline):
+        await asyncio.sleep(0.1)
+    samples = await scrape(ng.port)
+    ticks = metric(samples, "fairq_nginx_policy_ticks_total")
+    check(ticks is not None and ticks >= 1, f"the first tick came ({ticks}): it took the "
+          f"controller's baseline", timing=True)
+    base = [tenant_metric(samples, name, "fb-over") or 0
+            for name in ("expected_cost_total", "granted_cost_total")]
+    stop = [time.monotonic() + 12.0]
+    out = []
+
+    async def worker(raw):
+        conn = Conn(ng.port)
+        try:
+            while time.monotonic() < stop[0]:
+                out.append((raw, await conn.request("/plain/", {"X-Api-Key": raw})))
+        finally:
+            conn.close()
+
+    async def watch():
+        while time.monotonic() < stop[0]:
+            await asyncio.sleep(0.5)
+            expected = tenant_metric(await scrape(ng.port, quiet=True), "expected_cost_total",
+                                     "fb-over")
+            if expected is not None and expected - base[0] >= 150:
+                stop[0] = time.monotonic()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker(raw) for raw in ("fb-over", "fb-big") for _ in range(16)),
+                         watch())
+    samples = await scrape(ng.port)
+    expected, granted = [(tenant_metric(samples, name, "fb-over") or 0) - b
+                         for name, b in zip(("expected_cost_total", "granted_cost_total"), base)]
+    ratio = granted / expected if expected else 0.0
+    counts = collections.Counter(raw for raw, r in out if r.status == 200)
+    print(f"  {time.monotonic() - t0:.1f} s: fb-over {counts['fb-over']}, fb-big "
+          f"{counts['fb-big']}", flush=True)
+    check(expected >= 100 and ratio > 1.1,
+          f"fb-over over-served in the period: granted {granted:.0f} cost units where its "
+          f"weight expected {expected:.0f} (the controller judges from 100): ratio "
+          f"{ratio:.2f} (above 1.1 lowers its weight)", timing=True)
+
+
+async def split(port, a, b, label):
+    """`a` against `b`, 16 conns each: `a`'s completions over `b`'s."""
+    t0 = time.monotonic()
+    until = t0 + 3.5
+    ra, rb = [], []
+    await asyncio.gather(loop(port, "/plain/", {"X-Api-Key": a}, 16, until, ra),
+                         loop(port, "/plain/", {"X-Api-Key": b}, 16, until, rb))
+    na, nb = completed(ra, t0 + WARMUP_S, until - 0.2), completed(rb, t0 + WARMUP_S,
+                                                                  until - 0.2)
+    ratio = na / nb if nb else float("inf")
+    print(f"  {label}: {a} {na}, {b} {nb}, ratio {ratio:.2f}", flush=True)
+    return ratio
+
+
+async def feedback_effect(ng, started):
+    """After the feedback nginx's first period: fb-over weighs 1, so fb-peer (weight 2) has two
+    grants to its one, while fb-twin, idle in the period, still splits 1:1 with fb-peer."""
+    print("- fairq_feedback: after the first period, fb-over against fb-peer (both weigh 2), "
+          "and fb-twin against fb-peer", flush=True)
+    left = started + FEEDBACK_PERIOD_MS / 1000 + 1.5 - time.monotonic()
+    if left > 0:
+        print(f"  waiting {left:.0f} s for the first period to end", flush=True)
+        await asyncio.sleep(left)
+    deadline = time.monotonic() + 5.0
+    while True:
+        samples = await scrape(ng.port, quiet=True)
+        runs = metric(samples, "fairq_nginx_feedback_runs_total")
+        if runs or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    lowered = metric(samples, "fairq_nginx_feedback_weights_total", direction="lowered")
+    check(runs == 1 and lowered is not None and lowered >= 1,
+          f"/metrics: the controller ran its first period ({runs}) and lowered a weight "
+          f"({lowered})", timing=True)
+    nudged = await split(ng.port, "fb-over", "fb-peer", "over-served in the period")
+    twin = await split(ng.port, "fb-twin", "fb-peer", "idle in the period")
+    check(abs(twin - 1) <= 0.15 and 0.35 <= nudged <= 0.65,
+          f"fb-over's split with fb-peer {nudged:.2f} (its weight lowered to 1: 1:2), fb-twin's "
+          f"{twin:.2f} (1:1)", timing=True)
+    return nudged, twin
+
+
 async def run(args):
     prefix = tempfile.mkdtemp(prefix="fairq-nginx-controls-")
     os.chmod(prefix, 0o755)
@@ -579,18 +702,23 @@ async def run(args):
     ports = (free_port(), free_port(), free_port())
     backends = [subprocess.Popen([sys.executable, __file__, "--backend", str(p)])
                 for p in ports]
-    main = control = ticking = None
+    main = control = ticking = feedback = None
     try:
         for p in ports:
             await wait_port(p)
         nginx_t_refuses(args, prefix, ports)
 
-        # The 2-worker feedback nginx first: its period runs while the rest is tested.
+        # The feedback nginxes first: their first period runs while the rest is tested.
         ticking = Nginx(args, os.path.join(prefix, "ticking"), ports,
                         f"    fairq_wait_boost 1000;\n"
                         f"    fairq_feedback {FEEDBACK_PERIOD_MS} 50 200;\n", workers=2)
         await ticking.start()
         ticking_started = time.monotonic()
+        feedback = Nginx(args, os.path.join(prefix, "feedback"), (ports[2], ports[1]), FEEDBACK)
+        await feedback.start()
+        feedback_started = time.monotonic()
+        await over_serve(feedback)
+
         main = Nginx(args, os.path.join(prefix, "main"), ports, MAIN)
         control = Nginx(args, os.path.join(prefix, "control"), ports, "")
         for ng in (main, control):
@@ -642,15 +770,18 @@ async def run(args):
         boost_on, boost_off = await boost(args, prefix, ports, control)
         shed = await shedding(args, prefix, ports)
         await ticks_in_each_worker(ticking, ticking_started)
+        nudged, twin = await feedback_effect(feedback, feedback_started)
 
         print(f"\nMEASURED: tiers gold:iron {ratio:.2f}; guard light share {on:.1%} (off "
               f"{off:.1%}); fast pool p95 alone {alone:.1f} ms, slow stuck {stuck:.1f} ms "
               f"(x{stuck / alone:.2f}), without pools {nopools:.0f} ms; crowd's share with the "
-              f"boost {boost_on:.1%} (without {boost_off:.1%}); shedding: "
+              f"boost {boost_on:.1%} (without {boost_off:.1%}); after a feedback period "
+              f"fb-over:fb-peer {nudged:.2f} (fb-twin:fb-peer {twin:.2f}); shedding: "
               f"{dict(shed[0]) if shed else None}, {shed[1] if shed else 0} refused "
               f"downstream_shedding", flush=True)
     finally:
-        for ng, what in ((main, "controlled"), (control, "plain"), (ticking, "2 workers")):
+        for ng, what in ((main, "controlled"), (control, "plain"), (ticking, "2 workers"),
+                         (feedback, "feedback")):
             if ng is not None:
                 ng.stop(what)
         for b in backends:
