@@ -82,7 +82,7 @@
 #include <stdint.h>
 
 #define FAIRQ_VERSION_MAJOR 0
-#define FAIRQ_VERSION_MINOR 1
+#define FAIRQ_VERSION_MINOR 2
 #define FAIRQ_VERSION_PATCH 0
 
 

@@ -3,8 +3,8 @@
 #
 #   PREFIX/include/fairq.h
 #   PREFIX/lib/libfairq.a
-#   PREFIX/lib/libfairq.so.0.1.0          (SONAME libfairq.so.0)
-#   PREFIX/lib/libfairq.so.0 -> libfairq.so.0.1.0
+#   PREFIX/lib/libfairq.so.0.2.0          (SONAME libfairq.so.0)
+#   PREFIX/lib/libfairq.so.0 -> libfairq.so.0.2.0
 #   PREFIX/lib/libfairq.so   -> libfairq.so.0
 #   PREFIX/lib/pkgconfig/fairq.pc
 #

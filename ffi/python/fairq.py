@@ -47,7 +47,7 @@ from collections import namedtuple
 from ctypes import POINTER, Structure, byref, c_bool, c_char, c_char_p, c_int32, c_size_t
 from ctypes import c_double, c_uint32, c_uint64, c_void_p
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Engine",
