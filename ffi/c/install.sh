@@ -138,3 +138,22 @@ chmod 644 "$lib/pkgconfig/fairq.pc"
 
 echo "installed fairq $version (SONAME $soname):"
 printf '  %s\n' "${installed[@]}"
+
+# A program linked against the shared library must find it at run time too. Say how, unless
+# the dynamic linker already searches the libdir (ldconfig's cache or its default directories).
+if [ $shared = 1 ] && [ -z "$destdir" ]; then
+    searched=$( (ldconfig -v -N 2>/dev/null || true) | sed -n 's|^\(/[^:]*\):.*|\1|p')
+    if ! printf '%s\n' "$searched" /lib /usr/lib | grep -qxF "$libdir"; then
+        cat <<EOF
+
+$libdir is not searched by the dynamic linker, so programs linked against
+$soname will not start ("cannot open shared object file") until one of:
+  - sudo sh -c 'echo $libdir > /etc/ld.so.conf.d/fairq.conf' && sudo ldconfig
+  - export LD_LIBRARY_PATH=$libdir
+  - link with -Wl,-rpath,$libdir (pkg-config gives -L$libdir -lfairq)
+  - link statically: \$(pkg-config --static --libs fairq) with --library-type staticlib
+EOF
+    elif [ "$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then
+        ldconfig
+    fi
+fi
