@@ -100,6 +100,9 @@ struct SimulateArgs {
     /// Print only the JSON document on stdout.
     #[arg(long)]
     json: bool,
+    /// After the verdict, print each scheduler's table of tenants and its checks.
+    #[arg(long)]
+    tables: bool,
     /// Where to write the SVG chart.
     #[arg(long, default_value = "fairq-report.svg", value_name = "PATH")]
     chart: PathBuf,
@@ -188,9 +191,12 @@ fn load_scenario(args: &SimulateArgs) -> Result<Scenario, String> {
                 scenario
             } else {
                 let names: Vec<&str> = scenario::BUILTIN.iter().map(|(n, _)| *n).collect();
+                let hint = scenario::nearest_builtin(arg)
+                    .map(|n| format!("; did you mean `{n}`?"))
+                    .unwrap_or_default();
                 return Err(format!(
                     "no scenario file `{arg}`, and no built-in scenario of that name \
-                     (built in: {})",
+                     (built in: {}){hint}",
                     names.join(", ")
                 ));
             }
@@ -331,20 +337,28 @@ fn simulate(args: &SimulateArgs) -> Result<ExitCode, Stop> {
             "{} arrivals in the trace, replayed identically through every scheduler\n",
             trace.arrivals.len()
         );
-        for run in &runs {
-            text += &report::table(run);
-            for v in report::verdicts(run, report::reference(&runs)) {
-                text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
-            }
-            text += &report::downstreams(&scenario, run);
-            text.push('\n');
-        }
-        let _ = writeln!(text, "{}", report::LEGEND);
-        if !scenario.downstreams.is_empty() {
-            let _ = writeln!(text, "{}", report::SHED_LEGEND);
-        }
-        text.push('\n');
+        // The verdict first; the tables and each check behind --tables.
         text += &report::bottom_lines(&runs);
+        if args.tables {
+            text.push('\n');
+            for run in &runs {
+                text += &report::table(run);
+                for v in report::verdicts(run, report::reference(&runs)) {
+                    text += &report::wrap(&v.line(), report::WIDTH, "  ", "        ");
+                }
+                text += &report::downstreams(&scenario, run);
+                text.push('\n');
+            }
+            let _ = writeln!(text, "{}", report::LEGEND);
+            if !scenario.downstreams.is_empty() {
+                let _ = writeln!(text, "{}", report::SHED_LEGEND);
+            }
+        } else {
+            let _ = writeln!(
+                text,
+                "\neach scheduler's tenants and checks: --tables; the JSON document: --json"
+            );
+        }
         if !args.no_chart {
             let _ = writeln!(text, "chart written to {}", args.chart.display());
         }

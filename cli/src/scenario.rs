@@ -13,6 +13,45 @@ use serde::{Deserialize, Deserializer};
 
 /// The built-in scenarios, by name: the files of `examples/scenarios/`, compiled in. The first
 /// is the one a bare `fairq` (and `cargo run --release`) simulates.
+/// A scenario name as the built-in names spell it: lower case, `-` between words, British
+/// "neighbour".
+fn canonical_name(name: &str) -> String {
+    name.trim()
+        .to_lowercase()
+        .replace(['_', ' '], "-")
+        .replace("neighbor", "neighbour")
+}
+
+/// The built-in scenario whose name is nearest to `name` (edit distance), if it is near enough
+/// to be a slip: at most a third of its length away.
+pub fn nearest_builtin(name: &str) -> Option<&'static str> {
+    let wanted = canonical_name(name);
+    BUILTIN
+        .iter()
+        .map(|(n, _)| (edit_distance(&wanted, n), *n))
+        .min()
+        .filter(|(d, n)| *d <= n.len() / 3)
+        .map(|(_, n)| n)
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 pub const BUILTIN: [(&str, &str); 6] = [
     (
         "noisy-neighbour",
@@ -374,8 +413,11 @@ impl Scenario {
     }
 
     /// A built-in scenario by name (`None`: no such name).
+    /// A built-in scenario by name. Case, `_` for `-` and the US spelling "neighbor" are
+    /// accepted.
     pub fn named(name: &str) -> Option<Scenario> {
-        let (_, text) = BUILTIN.iter().find(|(n, _)| *n == name)?;
+        let wanted = canonical_name(name);
+        let (name, text) = BUILTIN.iter().find(|(n, _)| *n == wanted)?;
         let origin = format!("examples/scenarios/{name}.toml");
         Some(Scenario::parse(text, &origin).expect("every built-in scenario parses"))
     }
@@ -659,6 +701,21 @@ fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TenantGroup>, D::Err
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn common_spellings_name_the_builtin_scenarios_and_slips_get_a_suggestion() {
+        for spelling in ["noisy-neighbor", "Noisy_Neighbour", "noisy neighbor"] {
+            assert_eq!(
+                Scenario::named(spelling).map(|s| s.name),
+                Some("noisy-neighbour".to_string()),
+                "{spelling}"
+            );
+        }
+        assert_eq!(nearest_builtin("many-tenant"), Some("many-tenants"));
+        assert_eq!(nearest_builtin("retry-strom"), Some("retry-storm"));
+        assert_eq!(nearest_builtin("something-else"), None);
+        assert!(Scenario::named("tiers").is_none());
+    }
 
     #[test]
     fn builtin_parses() {

@@ -19,6 +19,7 @@ fn run() -> String {
             "-s",
             "downstream-errors",
             "--no-chart",
+            "--tables",
             "--schedulers",
             "fifo,fairq",
         ])
@@ -90,7 +91,7 @@ fn shedding_protects_the_failing_downstream_and_the_healthy_one_keeps_its_p95_an
         assert!(row[3..9].iter().all(|&n| n == 0.0), "{tenant}: {row:?}");
     }
     let limit = numbers(line(&fairq, "pool limit:"));
-    // "first cut S s ... (lowest L), back at B T s after it ended"
+    // "first cut S s into the failure (lowest L), back at its bound (B) T s after it"
     assert!(
         limit[0] as u64 <= WINDOW_S + TIMEOUT_S + 1,
         "first cut after {} s: {limit:?}",
@@ -99,7 +100,8 @@ fn shedding_protects_the_failing_downstream_and_the_healthy_one_keeps_its_p95_an
     assert_eq!(limit[1], 1.0, "the limit goes down to 1: {limit:?}");
     assert!(limit[3] <= 60.0, "back at its bound after {} s", limit[3]);
     let in_flight = numbers(line(&fairq, "in flight:"));
-    // "at most half ... 90 % ...": [halved after, 90, restored after]
+    // "half its level before S s into the failure, 90% of it again T s after it":
+    // [halved after, 90, restored after]
     assert!(
         in_flight[0] <= (3 * WINDOW_S + TIMEOUT_S + 1) as f64,
         "in flight halved after {} s",

@@ -392,6 +392,7 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         "simulate",
         "--scenario",
         SHORT,
+        "--tables",
         "--chart",
         path.to_str().unwrap(),
     ]);
@@ -580,6 +581,25 @@ fn built_in_scenario_names_work_from_any_directory() {
         err.contains("no-such-scenario") && err.contains("retry-storm"),
         "{err}"
     );
+    assert!(!err.contains("did you mean"), "{err}");
+    // A slip gets the nearest name; the US spelling is the scenario itself.
+    let out = fairq(&["simulate", "-s", "retry-strom", "--no-chart"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did you mean `retry-storm`?"), "{err}");
+    let out = fairq(&[
+        "simulate",
+        "-s",
+        "noisy-neighbor",
+        "--duration",
+        "2",
+        "--no-chart",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -622,8 +642,37 @@ fn help_documents_the_exit_statuses() {
 }
 
 #[test]
+fn the_text_report_leads_with_the_verdict_and_keeps_the_tables_behind_an_option() {
+    let short = fairq(&["simulate", "--scenario", SHORT, "--no-chart"]);
+    let long = fairq(&["simulate", "--scenario", SHORT, "--no-chart", "--tables"]);
+    assert!(short.status.success() && long.status.success());
+    let (short, long) = (
+        String::from_utf8_lossy(&short.stdout),
+        String::from_utf8_lossy(&long.stdout),
+    );
+    assert!(short.lines().count() <= 25, "{short}");
+    assert!(!short.lines().any(|l| l.starts_with("tenant ")), "{short}");
+    assert!(short.contains("--tables"), "{short}");
+    // The same verdict leads both, before any table.
+    let verdict = |text: &str| -> String {
+        text.lines()
+            .skip_while(|l| !l.starts_with("bottom line"))
+            .take_while(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(!verdict(&short).is_empty());
+    assert_eq!(verdict(&short), verdict(&long));
+    let first_table = long.find("\ntenant ").expect("--tables prints tables");
+    assert!(long.find("bottom line").unwrap() < first_table, "{long}");
+    // A threshold crossed by design is a note, never an ALERT.
+    assert!(!long.contains("ALERT expected"), "{long}");
+    assert!(long.contains("\n  note  by design ("), "{long}");
+}
+
+#[test]
 fn text_report_lines_fit_100_columns_except_the_tables() {
-    let out = fairq(&["simulate", "--scenario", SHORT, "--no-chart"]);
+    let out = fairq(&["simulate", "--scenario", SHORT, "--no-chart", "--tables"]);
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let table_row = |l: &str| {
@@ -758,7 +807,7 @@ fn bare_fairq_simulates_with_top_level_flags() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("scenario noisy-neighbour"), "{stdout}");
-    assert!(stdout.contains("== fairq:"), "{stdout}");
+    assert!(stdout.contains("  fairq  "), "{stdout}");
 }
 
 #[test]
