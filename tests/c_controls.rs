@@ -108,7 +108,11 @@ fn quickstart_built_against_the_0_1_0_header_runs_against_the_shared_library() {
         );
     }
     let stdout = run(&program, &[]);
-    assert!(stdout.contains("acme 8, globex 8 grants"), "{stdout}");
+    assert!(
+        stdout.contains("first 8 grants, both waiting: acme 6, globex 2 (weights 3:1)")
+            && stdout.contains("all granted: acme 8, globex 8"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("enqueued 16, granted 16, completed 16, queued 0"),
         "{stdout}"

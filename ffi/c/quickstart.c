@@ -53,13 +53,13 @@ int main(void) {
         if (s == FAIRQ_EMPTY || s == FAIRQ_AT_CAPACITY) break;
         if (s == FAIRQ_EXPIRED) continue; /* answer 429: deadline_exceeded */
         if (grant.tenant_key == acme) acme_grants++; else globex_grants++;
-        if (acme_grants + globex_grants <= 8)
-            printf("grant %d: request %llu of %s\n", acme_grants + globex_grants,
-                   (unsigned long long)grant.user_data, grant.tenant_key == acme ? "acme" : "globex");
+        if (acme_grants + globex_grants == 8) /* while both wait, grants follow the weights */
+            printf("first 8 grants, both waiting: acme %d, globex %d (weights 3:1)\n",
+                   acme_grants, globex_grants);
         /* Re-check the limiter; it passes, so the request is admitted. */
         CHECK(fairq_complete(engine, grant.ticket, FAIRQ_OUTCOME_ADMITTED, 0, NULL));
     }
-    printf("acme %d, globex %d grants\n", acme_grants, globex_grants);
+    printf("all granted: acme %d, globex %d\n", acme_grants, globex_grants);
 
     fairq_stats stats;
     CHECK(fairq_get_stats(engine, &stats));

@@ -25,9 +25,13 @@ with fairq.Engine(enabled=True, max_in_flight=4) as q:  # off by default: enable
         name = "acme" if g.tenant_key == acme else "globex"
         grants[name] += 1
         if sum(grants.values()) <= 8:
+            first8 = dict(grants)
             print(f"grant {sum(grants.values())}: request {g.user_data} of {name}")
         q.complete(g.ticket)  # re-check the limiter; it passes, so the request is admitted
-    print(f"acme {grants['acme']}, globex {grants['globex']} grants")
+    # While both tenants wait, grants follow the weights; then the rest drains.
+    print(f"first 8 grants, both waiting: acme {first8['acme']}, globex {first8['globex']} "
+          "(weights 3:1)")
+    print(f"all granted: acme {grants['acme']}, globex {grants['globex']}")
 
     s = q.stats()
     print(f"enqueued {s['enqueued']}, granted {s['granted']}, completed {s['completed']}, "

@@ -54,6 +54,7 @@ func run() error {
 
 	// Whenever capacity frees up: take grants until EMPTY or AT_CAPACITY (ok false).
 	grants := map[string]int{}
+	first8 := map[string]int{}
 	for {
 		g, ok, err := q.NextGrant()
 		if err != nil {
@@ -71,6 +72,7 @@ func run() error {
 		}
 		grants[name]++
 		if n := grants["acme"] + grants["globex"]; n <= 8 {
+			first8[name]++
 			fmt.Printf("grant %d: request %d of %s\n", n, g.UserData, name)
 		}
 		// Re-check the limiter; it passes, so the request is admitted.
@@ -78,7 +80,10 @@ func run() error {
 			return err
 		}
 	}
-	fmt.Printf("acme %d, globex %d grants\n", grants["acme"], grants["globex"])
+	// While both tenants wait, grants follow the weights; then the rest drains.
+	fmt.Printf("first 8 grants, both waiting: acme %d, globex %d (weights 3:1)\n",
+		first8["acme"], first8["globex"])
+	fmt.Printf("all granted: acme %d, globex %d\n", grants["acme"], grants["globex"])
 
 	s, err := q.Stats()
 	if err != nil {
