@@ -24,10 +24,39 @@ pub struct Measurement {
     pub threads: usize,
     /// Backlogged tenants.
     pub tenants: u32,
-    /// Grants per second, all threads together.
+    /// Grants per second, all threads together: grants over the longest thread's wall time.
     pub grants_per_s: f64,
-    /// Wall ns per cycle on each thread.
-    pub ns_per_cycle: f64,
+}
+
+impl Measurement {
+    /// Wall nanoseconds per grant, all threads together: the same figure as `grants_per_s`,
+    /// inverted.
+    pub fn ns_per_grant(&self) -> f64 {
+        1e9 / self.grants_per_s.max(1e-9)
+    }
+}
+
+/// `repeat` measurements of one case: the median, lowest and highest grants per second.
+pub fn repeated(
+    threads: usize,
+    tenants: u32,
+    repeat: u32,
+    run: Duration,
+) -> Result<(Measurement, f64, f64), String> {
+    let mut rates = Vec::new();
+    for _ in 0..repeat.max(1) {
+        rates.push(measure(threads, tenants, &TIERS, DEPTH, run)?.grants_per_s);
+    }
+    let (lowest, highest) = (
+        rates.iter().copied().fold(f64::INFINITY, f64::min),
+        rates.iter().copied().fold(0.0, f64::max),
+    );
+    let m = Measurement {
+        threads,
+        tenants,
+        grants_per_s: median(rates),
+    };
+    Ok((m, lowest, highest))
 }
 
 /// The weights of the default run, cycled over the tenants.
@@ -157,20 +186,17 @@ pub fn measure(
     std::thread::sleep(run);
     stop.store(true, Ordering::Relaxed);
     let mut total = 0u64;
-    let mut per_thread_ns = 0.0;
     let mut longest = Duration::ZERO;
     for w in workers {
         let (cycles, took) = w
             .join()
             .map_err(|_| "bench thread panicked".to_string())??;
         total += cycles;
-        per_thread_ns += took.as_nanos() as f64 / cycles.max(1) as f64;
         longest = longest.max(took);
     }
     Ok(Measurement {
         threads,
         tenants,
         grants_per_s: total as f64 / longest.as_secs_f64().max(1e-9),
-        ns_per_cycle: per_thread_ns / threads as f64,
     })
 }

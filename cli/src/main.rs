@@ -114,8 +114,11 @@ struct SimulateArgs {
 #[derive(Args)]
 struct BenchArgs {
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.2)]
     seconds: f64,
+    /// Measurements per row of the main table: it gives their median, lowest and highest.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    repeat: u32,
     /// Backlogged tenant counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "1,64,4096")]
     tenants: Vec<u32>,
@@ -390,18 +393,34 @@ fn run_bench(args: &BenchArgs) -> Result<ExitCode, Stop> {
     if !(1..=1024).contains(&args.hot_depth) {
         return Err("--hot-depth must be in 1..=1024".to_string().into());
     }
+    if !(1..=1000).contains(&args.repeat) {
+        return Err("--repeat must be in 1..=1000".to_string().into());
+    }
     emit(&format!(
         "fairq bench: next_grant -> complete -> enqueue cycles, every tenant backlogged, \
-         weights 8/4/2/1, {} s each\n{:>7} {:>8} {:>12} {:>16}\n",
-        args.seconds, "threads", "tenants", "grants/s", "ns/cycle/thread"
+         weights 8/4/2/1\n{} runs of {} s per row: grants/s over all threads (median, lowest, \
+         highest); ns/grant = 1e9 / median\n{:>7} {:>8} {:>12} {:>12} {:>12} {:>9}\n",
+        args.repeat,
+        args.seconds,
+        "threads",
+        "tenants",
+        "grants/s",
+        "lowest",
+        "highest",
+        "ns/grant"
     ))?;
     let run = Duration::from_secs_f64(args.seconds);
     for &threads in &args.threads {
         for &tenants in &args.tenants {
-            let m = bench::measure(threads, tenants, &bench::TIERS, bench::DEPTH, run)?;
+            let (m, lowest, highest) = bench::repeated(threads, tenants, args.repeat, run)?;
             emit(&format!(
-                "{:>7} {:>8} {:>12.0} {:>16.1}\n",
-                m.threads, m.tenants, m.grants_per_s, m.ns_per_cycle
+                "{:>7} {:>8} {:>12.0} {:>12.0} {:>12.0} {:>9.1}\n",
+                m.threads,
+                m.tenants,
+                m.grants_per_s,
+                lowest,
+                highest,
+                m.ns_per_grant()
             ))?;
         }
     }

@@ -844,12 +844,21 @@ fn bench_reports_grants_per_second() {
                 .split_whitespace()
                 .filter_map(|w| w.parse().ok())
                 .collect();
-            (v.len() == 4).then_some(v)
+            (v.len() == 6).then_some(v)
         })
         .collect();
     assert_eq!(rows.len(), 4, "{stdout}");
+    // threads, tenants, median, lowest, highest grants/s, ns per grant: one figure two ways.
     for r in rows {
         assert!(r[2] > 1000.0, "grants/s {r:?}");
+        assert!(
+            r[3] <= r[2] && r[2] <= r[4],
+            "median within the range {r:?}"
+        );
+        assert!(
+            (r[5] * r[2] / 1e9 - 1.0).abs() < 0.01,
+            "ns/grant = 1e9 / grants/s {r:?}"
+        );
     }
 }
 
