@@ -1,5 +1,7 @@
 //! The SVG report: per-tenant p95 wait over time, one panel per scheduler, on a shared log scale
-//! so the panels compare at a glance.
+//! so the panels compare at a glance. Each panel's title gives its isolation verdict, and a wide
+//! grey line draws the isolation limit per bucket (from the `ideal` reference), so whether a
+//! scheduler kept the tenants not bursting within it reads off the chart.
 //!
 //! Made to be read by everyone and in black and white: the Okabe-Ito palette (distinguishable
 //! with the common colour-vision deficiencies), and each tenant row also has its own dash
@@ -16,6 +18,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::report::{isolation_rows, ISOLATION_FACTOR, ISOLATION_SLACK_MS};
 use crate::scenario::{Rate, Scenario};
 use crate::sim::{percentile_us, RunResult};
 use crate::trace::SEC;
@@ -41,6 +44,9 @@ const DASHES: [&str; 7] = ["", "9 4", "2 3", "12 3 3 3", "5 5", "1 4", ""];
 
 /// Width of the legend column at the right of each panel, px.
 const LEGEND_WIDTH: u32 = 190;
+
+/// The isolation limit's line: a wide light grey, under the tenants' lines.
+const LIMIT_COLOR: RGBColor = RGBColor(0xBB, 0xBB, 0xBB);
 
 /// Fill opacity of a burst or flood window.
 const WINDOW_OPACITY: f64 = 0.09;
@@ -85,7 +91,7 @@ pub fn windows(scenario: &Scenario) -> Vec<Window> {
         .collect()
 }
 
-/// About how wide `text` is drawn in a sans-serif font of `size` px (for a label's backing).
+/// About how wide `text` is drawn in a sans-serif font of `size` px (to keep labels apart).
 fn text_px(text: &str, size: i32) -> i32 {
     text.chars().count() as i32 * size * 11 / 20 + 4
 }
@@ -157,6 +163,12 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
     let bucket_min = runs[0].bucket_ns as f64 / (60 * SEC) as f64;
     let buckets = runs[0].rows[0].waits.len();
     let minutes = (buckets as f64 * bucket_min).max(bucket_min);
+    let reference = crate::report::reference(runs);
+    let limit = runs
+        .iter()
+        .zip(&series)
+        .find(|(r, _)| reference.is_some_and(|x| std::ptr::eq(x, *r)))
+        .map(|(r, p95)| limit_series(r, p95));
     let height = 40 + 300 * runs.len() as u32;
     let mut svg = String::new();
     {
@@ -176,10 +188,7 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
         for ((panel, run), rows) in panels.iter().zip(runs).zip(&series) {
             let (plot, legend) = panel.split_horizontally(1100 - LEGEND_WIDTH);
             let mut chart = ChartBuilder::on(&plot)
-                .caption(
-                    format!("{} - p95 wait (ms, log scale)", caption(run.name)),
-                    ("sans-serif", 16),
-                )
+                .caption(caption(run, reference), ("sans-serif", 16))
                 .margin(8)
                 .margin_right(24)
                 .x_label_area_size(30)
@@ -196,7 +205,7 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
                         format!("{v:.1}")
                     }
                 })
-                .y_desc("p95 wait ms")
+                .y_desc("p95 wait ms (log scale)")
                 .y_label_formatter(&|v| {
                     if *v >= 1.0 {
                         format!("{v:.0}")
@@ -223,6 +232,34 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
                     RGBColor(0x77, 0x77, 0x77).stroke_width(1),
                 )))
                 .map_err(|e| fail(&e))?;
+
+            // The isolation limit, per bucket: what a tenant not marked bursting may wait.
+            if let Some(limit) = &limit {
+                let points: Vec<(f64, f64)> = limit
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(b, v)| v.map(|v| ((b as f64 + 0.5) * bucket_min, v)))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(points, LIMIT_COLOR.stroke_width(5)))
+                    .map_err(|e| fail(&e))?;
+                legend
+                    .draw(
+                        &(EmptyElement::at((8, 60 + 22 * run.rows.len() as i32 + 8))
+                            + PathElement::new(vec![(0, 0), (30, 0)], LIMIT_COLOR.stroke_width(5))
+                            + Text::new(
+                                "isolation limit",
+                                (38, -7),
+                                ("sans-serif", 13).into_font(),
+                            )
+                            + Text::new(
+                                format!("{ISOLATION_FACTOR}x ideal + {ISOLATION_SLACK_MS} ms"),
+                                (38, 8),
+                                ("sans-serif", 11).into_font(),
+                            )),
+                    )
+                    .map_err(|e| fail(&e))?;
+            }
 
             let marks = (buckets / 24).max(1);
             for (i, (row, points)) in run.rows.iter().zip(rows).enumerate() {
@@ -272,11 +309,10 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
                     )
                     .map_err(|e| fail(&e))?;
             }
-            // Labels last, on a white backing, so no line runs through them.
+            // Labels last, with no backing: the gridlines stay visible behind them.
             let label_style = ("sans-serif", 13)
                 .into_font()
                 .color(&RGBColor(0x33, 0x33, 0x33));
-            let backing = WHITE.mix(0.8).filled();
             // Each label takes the first of four rows where it overlaps no label already placed.
             let px_per_min = f64::from(1100 - LEGEND_WIDTH - 110) / minutes;
             let mut rows_taken: Vec<Vec<(f64, f64)>> = vec![Vec::new(); 4];
@@ -297,20 +333,14 @@ pub fn render(scenario: &Scenario, runs: &[RunResult]) -> Result<String, String>
                 chart
                     .draw_series(std::iter::once(
                         EmptyElement::at((w.from, top))
-                            + Rectangle::new(
-                                [(1, y - 1), (text_px(&w.label, 13), y + 14)],
-                                backing,
-                            )
                             + Text::new(w.label.clone(), (3, y), label_style.clone()),
                     ))
                     .map_err(|e| fail(&e))?;
             }
             let floor_label = "p95 = 0 (no wait) is drawn on this line";
-            let width = text_px(floor_label, 12);
             chart
                 .draw_series(std::iter::once(
                     EmptyElement::at((minutes, FLOOR_MS))
-                        + Rectangle::new([(-6 - width, -17), (-2, -2)], backing)
                         + Text::new(
                             floor_label.to_string(),
                             (-4, -3),
@@ -361,11 +391,56 @@ pub fn write(path: &Path, scenario: &Scenario, runs: &[RunResult]) -> Result<(),
         .map_err(|e| format!("cannot write the chart to {}: {e}", path.display()))
 }
 
-/// A panel's name: the reference says what it is.
-fn caption(name: &str) -> String {
+/// A panel's title: the scheduler and its isolation verdict (the reference says what it is).
+fn caption(run: &RunResult, reference: Option<&RunResult>) -> String {
+    let name = run.name;
     if name == crate::sched::REFERENCE {
-        format!("{name} (reference: tenants marked bursting served last)")
-    } else {
-        name.to_string()
+        return format!("{name} (reference: tenants marked bursting served last) - p95 wait, ms");
     }
+    let verdict = reference
+        .and_then(|r| isolation_rows(run, r))
+        .and_then(|rows| {
+            rows.into_iter()
+                .max_by(|a, b| (a.1 / a.3).total_cmp(&(b.1 / b.3)))
+        })
+        .map(|(tenant, p95, _, limit)| {
+            let (how, word) = if p95 > limit {
+                ("NOT isolated", "worst")
+            } else {
+                ("isolated", "closest")
+            };
+            let ms = |v: f64| {
+                if v >= 100.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.2}")
+                }
+            };
+            format!(
+                ": {how} ({word}: {tenant} p95 {} ms, limit {} ms over the run)",
+                ms(p95),
+                ms(limit)
+            )
+        })
+        .unwrap_or_default();
+    format!("{name} - p95 wait, ms{verdict}")
+}
+
+/// Per bucket, the isolation limit drawn in each panel: `ISOLATION_FACTOR` x the highest p95
+/// wait under the reference among the tenants not marked bursting, + `ISOLATION_SLACK_MS`.
+/// The verdict itself is judged on each tenant's p95 over the whole run.
+fn limit_series(reference: &RunResult, p95: &[Vec<Option<f64>>]) -> Vec<Option<f64>> {
+    let buckets = p95.first().map_or(0, Vec::len);
+    (0..buckets)
+        .map(|b| {
+            reference
+                .rows
+                .iter()
+                .zip(p95)
+                .filter(|(row, _)| !row.bursting)
+                .filter_map(|(_, series)| series[b])
+                .reduce(f64::max)
+                .map(|v| ISOLATION_FACTOR * v + ISOLATION_SLACK_MS)
+        })
+        .collect()
 }

@@ -424,16 +424,20 @@ fn svg_is_valid_xml_with_one_panel_per_scheduler() {
         .filter_map(|n| n.text())
         .map(|t| t.trim().to_string())
         .collect();
-    for scheduler in [
-        "fifo",
-        "drr",
-        "fairq",
-        "ideal (reference: tenants marked bursting served last)",
+    // One panel per scheduler, its title the isolation verdict of the text report.
+    for (scheduler, verdict) in [
+        ("fifo", ": NOT isolated (worst: "),
+        ("drr", ": NOT isolated (worst: "),
+        ("fairq", ": isolated (closest: "),
+        ("ideal (reference: tenants marked bursting served last)", ""),
     ] {
-        let caption = format!("{scheduler} - p95 wait (ms, log scale)");
-        let panels = texts.iter().filter(|t| **t == caption).count();
-        assert_eq!(panels, 1, "one panel captioned {caption:?}");
+        let caption = format!("{scheduler} - p95 wait, ms{verdict}");
+        let panels = texts.iter().filter(|t| t.starts_with(&caption)).count();
+        assert_eq!(panels, 1, "one panel captioned {caption:?}: {texts:?}");
     }
+    // The isolation limit is drawn and named in each panel's legend.
+    let limits = texts.iter().filter(|t| *t == "isolation limit").count();
+    assert_eq!(limits, 4, "{texts:?}");
     // Every panel draws one line per tenant row.
     let lines = doc
         .descendants()
