@@ -468,8 +468,8 @@ typedef struct fairq_fleet_status {
 #endif
 
 // One tenant's fairness indicators (`fairq_tenant_indicators`; in C a typedef and a function
-// cannot share a name), cumulative since the tenant took its slot (see the README,
-// "Metrics and fairness indicators", for the exact definitions). A ratio that is not defined
+// cannot share a name), cumulative since the tenant took its slot (see `docs/operating.md`,
+// "Fairness indicators", for the exact definitions). A ratio that is not defined
 // yet is NaN.
 typedef struct fairq_indicators {
     // The tenant key.

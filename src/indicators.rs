@@ -355,7 +355,7 @@ impl Indicators {
 // ------------------------------------------------------------------ reading indicators
 
 /// One tenant's fairness indicators, cumulative since it took its slot. See the module
-/// docs of `indicators.rs` (and the README) for the exact definitions.
+/// docs of `indicators.rs` (and `docs/operating.md`) for the exact definitions.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TenantIndicators {
     /// The tenant.

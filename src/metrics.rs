@@ -23,8 +23,8 @@
 //! `indicator_top_k` tenants by requests (`rate_limit_fair_queue_tenant_*{tenant_dimension,
 //! tenant}`, `tenant` being the 16-hex-digit tenant key, never a raw identifier) and their
 //! min/max over every tenant (`rate_limit_fair_queue_fair_share_ratio{stat}` etc.); and, when
-//! the policies, bulkheads or load shedding are on, their gauges and counters. See the README
-//! for the list.
+//! the policies, bulkheads or load shedding are on, their gauges and counters. See
+//! `docs/operating.md` for the list.
 
 use std::fmt::Write;
 

@@ -1,6 +1,6 @@
 //! Tenant keys leave the process (fleet mode's Redis fields, the metrics' `tenant` label), so
 //! `TenantKey::from_raw` is a specified function: XXH3-64, seed 0, over the raw bytes, 0 mapped
-//! to 1. These tests pin its vectors (the same ones the README, `include/fairq.h` and the C,
+//! to 1. These tests pin its vectors (the same ones `docs/fleet.md`, `include/fairq.h` and the C,
 //! Python and Go tests state) and check that a build with other target features (here
 //! `-C target-cpu=native`, which turns on the SIMD paths of the hash) gives the same keys.
 

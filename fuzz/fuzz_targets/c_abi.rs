@@ -1028,8 +1028,8 @@ impl World {
             "conservation: {s:?}"
         );
         assert_eq!(s.refused[0], 0, "refused[none] counts something");
-        // Each request counted once (the README's metrics statement): grants plus refusals of
-        // every reason equal the requests (those still queued have not been counted yet), but
+        // Each request counted once (docs/operating.md's metrics statement): grants plus refusals
+        // of every reason equal the requests (those still queued have not been counted yet), but
         // for the two things that count one twice, a requeue (granted again, or refused after
         // waiting) and a cancel of a granted ticket.
         let refusals: u64 = s.refused.iter().sum();

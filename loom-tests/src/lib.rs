@@ -58,7 +58,7 @@ pub fn enqueue(engine: &Engine, request: &Request, now: u64) -> Ticket {
 }
 
 /// Runs `model` under loom's exhaustive (preemption-bounded) scheduler and prints how many
-/// executions it explored and how long that took, for the closing note and the README.
+/// executions it explored and how long that took, for the closing note and the docs.
 ///
 /// The preemption bound comes from `LOOM_MAX_PREEMPTIONS` (`run.sh` defaults it to 2); loom's
 /// other knobs (`LOOM_LOG`, `LOOM_CHECKPOINT_FILE`, `LOOM_MAX_BRANCHES`) work as usual.

@@ -10,8 +10,8 @@ use crate::indicators::TenantIndicators;
 use crate::policy::TickReport;
 
 /// One tenant's fairness indicators (`fairq_tenant_indicators`; in C a typedef and a function
-/// cannot share a name), cumulative since the tenant took its slot (see the README,
-/// "Metrics and fairness indicators", for the exact definitions). A ratio that is not defined
+/// cannot share a name), cumulative since the tenant took its slot (see `docs/operating.md`,
+/// "Fairness indicators", for the exact definitions). A ratio that is not defined
 /// yet is NaN.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -1,7 +1,7 @@
 //! The `#[repr(C)]` structs of the C ABI and their conversions to and from the core types.
 //!
 //! Layouts are part of the ABI: a field is never moved, retyped or removed within a major
-//! version (see the README's "ABI stability").
+//! version (see `docs/c-api.md`, "ABI stability").
 
 use std::os::raw::c_char;
 

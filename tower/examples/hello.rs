@@ -1,4 +1,4 @@
-//! The README's example: `cargo run -p fairq-tower --example hello`.
+//! The example of `docs/middleware.md`: `cargo run -p fairq-tower --example hello`.
 use std::sync::Arc;
 
 use fairq::{Config, Engine};
