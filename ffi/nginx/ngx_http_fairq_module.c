@@ -19,8 +19,9 @@
  * - a client that goes away after its grant landed but before the request resumed (both in one
  *   event-loop turn) abandons the grant: the cleanup completes the ticket as admitted, so the
  *   engine counts it once, as a grant, and the module counts it in abandoned_grants;
- * - refusals (on arrival or after waiting) answer 429 with Retry-After, x-fair-queue-position,
- *   x-fair-queue-wait-ms and a JSON body naming the tenant dimension, reason, position and wait.
+ * - refusals (on arrival or after waiting) answer 429 with x-fair-queue-position,
+ *   x-fair-queue-wait-ms and a JSON body naming the tenant dimension, reason, position and wait,
+ *   and Retry-After unless no retry can succeed (no tenant).
  *
  * Scope: one engine per worker process, built in init_process. Fairness is exact inside a
  * worker and approximate across workers (as across replicas); fairq_max_in_flight
@@ -1212,7 +1213,30 @@ ngx_http_fairq_send(ngx_http_request_t *r, u_char *pos, u_char *last)
 }
 
 
-/* 429 with Retry-After, the x-fair-queue-* headers and the JSON error body. */
+/*
+ * Whether sending the same request again later can succeed. A request that names no tenant
+ * (no_tenant: every fairq_tenant value empty) or whose dimension names none (not_queueable) is
+ * refused again however long the client waits: its 429 carries no Retry-After. Every other
+ * reason passes with time: permits and queue room free up, tenants leave the table, a pool
+ * stops shedding, a budget starts afresh.
+ */
+static ngx_uint_t
+ngx_http_fairq_retryable(uint32_t reason)
+{
+    switch (reason) {
+
+    case FAIRQ_REASON_NO_TENANT:
+    case FAIRQ_REASON_NOT_QUEUEABLE:
+        return 0;
+
+    default:
+        return 1;
+    }
+}
+
+
+/* 429 with the x-fair-queue-* headers, the JSON error body and, when waiting can help,
+ * Retry-After. */
 static ngx_int_t
 ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
 {
@@ -1262,7 +1286,8 @@ ngx_http_fairq_send_refusal(ngx_http_request_t *r, ngx_http_fairq_ctx_t *ctx)
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 
-    if (ngx_http_fairq_add_number(r, "Retry-After", retry_s) != NGX_OK
+    if ((ngx_http_fairq_retryable(ctx->reason)
+         && ngx_http_fairq_add_number(r, "Retry-After", retry_s) != NGX_OK)
         || ngx_http_fairq_add_number(r, "x-fair-queue-position", ctx->position)
            != NGX_OK
         || ngx_http_fairq_add_number(r, "x-fair-queue-wait-ms", wait_ms) != NGX_OK)

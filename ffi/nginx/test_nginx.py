@@ -264,7 +264,7 @@ class Tally:
 async def one(port, path, tenant=None, tally=None):
     conn = Conn(port)
     try:
-        r = await conn.request(path, {"X-Api-Key": tenant} if tenant else None)
+        r = await conn.request(path, {"X-Api-Key": tenant} if tenant is not None else None)
     finally:
         conn.close()
     if tally is not None:
@@ -307,6 +307,10 @@ def window(responses, t0, t1):
 
 # ---------------------------------------------------------------------------------- checks
 
+# Refusals that the same request, sent again later, meets again: their 429 has no Retry-After.
+NOT_RETRYABLE = ("no_tenant", "not_queueable")
+
+
 def check_refusal(r, reason, dimension="api_key", position=None, min_wait_ms=None,
                   max_wait_ms=None):
     """A 429 of the module: headers and JSON body, field by field."""
@@ -317,8 +321,12 @@ def check_refusal(r, reason, dimension="api_key", position=None, min_wait_ms=Non
     h = r.headers
     check(h.get("content-type") == "application/json",
           f"{reason}: Content-Type application/json ({h.get('content-type')})")
-    check(h.get("retry-after", "").isdigit() and int(h["retry-after"]) >= 1,
-          f"{reason}: Retry-After is whole seconds >= 1 ({h.get('retry-after')})")
+    if reason in NOT_RETRYABLE:
+        check("retry-after" not in h,
+              f"{reason}: no Retry-After (no retry can succeed; got {h.get('retry-after')})")
+    else:
+        check(h.get("retry-after", "").isdigit() and int(h["retry-after"]) >= 1,
+              f"{reason}: Retry-After is whole seconds >= 1 ({h.get('retry-after')})")
     body = r.json()
     err = body.get("error", {})
     fq = err.get("details", {}).get("fair_queue", {})
@@ -595,6 +603,7 @@ async def edge_cases(port, tally):
     r = await one(port, "/on/", "", tally)
     check(r.status == 429 and r.json()["error"]["details"]["fair_queue"]["reason"]
           == "no_tenant", "empty tenant header: 429 no_tenant")
+    check_refusal(r, "no_tenant", position=0, max_wait_ms=0)
 
     print(f"- flood past fairq_tenant_queue_size ({TENANT_QUEUE})", flush=True)
     hold = await holders(port, tally, C, 1500)
