@@ -152,7 +152,10 @@ pub enum Enqueued {
         ticket: Ticket,
         /// 1-based place in the tenant's queue.
         position: u32,
-        /// Retry-After plus the tenant's measured service interval times the position, in ns.
+        /// The wait to expect, in ns: Retry-After, plus what the tenant's requests that found
+        /// nothing ahead waited, plus the measured time between its grants for each request
+        /// ahead (a tenant with nothing measured yet is estimated from other tenants, scaled by
+        /// weight; a cold engine tells only the Retry-After).
         estimated_wait_ns: u64,
     },
     /// Refused at once, nothing queued.
@@ -229,7 +232,7 @@ pub enum Completion {
     Requeued {
         /// 1-based place in the tenant's queue.
         position: u32,
-        /// Retry-After plus the measured service interval times the position, in ns.
+        /// The wait to expect, in ns, estimated as for `Enqueued::Queued`.
         estimated_wait_ns: u64,
     },
     /// Could not be requeued: the ticket ended with this refusal.

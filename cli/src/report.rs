@@ -883,7 +883,9 @@ fn round(v: f64, digits: i32) -> f64 {
 
 /// The `--json` document: `{"scenario", "schedulers": [{"name", "victims_isolated",
 /// "tenants": [...]}]}`. `victims_isolated` is the isolation verdict (`null` for the reference
-/// itself, without the reference, or when the scenario marks no tenant bursting).
+/// itself, without the reference, or when the scenario marks no tenant bursting). fairq's entry
+/// also has `estimated_wait`: its estimates against the waits that followed (`null` ratios are
+/// estimates of 0).
 pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
     json!({
         "scenario": scenario.name,
@@ -905,6 +907,17 @@ pub fn json(scenario: &Scenario, runs: &[RunResult]) -> Value {
                     "max_starvation_ms": round(r.max_starvation_ns as f64 / 1e6, 3),
                 })).collect::<Vec<_>>(),
             });
+            // Only a scheduler that gives estimates (fairq) has the key.
+            if let Some(e) = &run.estimates {
+                let ratio = |v: f64| if v.is_finite() { json!(round(v, 3)) } else { Value::Null };
+                doc["estimated_wait"] = json!({
+                    "compared": e.n,
+                    "told_zero": e.zero,
+                    "actual_over_estimated_p10": ratio(e.p10),
+                    "actual_over_estimated_p50": ratio(e.p50),
+                    "actual_over_estimated_p90": ratio(e.p90),
+                });
+            }
             // Only scenarios with downstreams have the key.
             if !run.downstreams.is_empty() {
                 doc["downstreams"] = run.downstreams.iter().map(|d| json!({

@@ -72,6 +72,11 @@ pub trait Scheduler: Send {
     fn downstream_limits(&self) -> Vec<u64> {
         Vec::new()
     }
+    /// The wait the scheduler told request `id`'s client to expect when it was queued (fairq's
+    /// estimate); `None` for schedulers that give none.
+    fn estimated_wait_ns(&self, _id: u32) -> Option<u64> {
+        None
+    }
 }
 
 /// Builds the scheduler called `name`.
@@ -507,6 +512,8 @@ pub struct Fairq {
     engine: Engine,
     keys: Vec<TenantKey>,
     tickets: Vec<fairq::Ticket>,
+    /// The estimated wait each request was queued with.
+    estimates: Vec<u64>,
     owner: Vec<u32>,
     /// Each request's downstream, for its report at completion.
     downstream: Vec<u32>,
@@ -530,6 +537,7 @@ impl Fairq {
             engine,
             keys,
             tickets: Vec::new(),
+            estimates: Vec::new(),
             owner: Vec::new(),
             downstream: Vec::new(),
             pools: config.downstream_max_in_flight.len() as u32,
@@ -558,7 +566,15 @@ impl Scheduler for Fairq {
         self.owner[offer.id as usize] = offer.tenant;
         self.downstream[offer.id as usize] = offer.downstream;
         match self.engine.enqueue_at(&request, now) {
-            Ok(Enqueued::Queued { .. }) => Ok(()),
+            Ok(Enqueued::Queued {
+                estimated_wait_ns, ..
+            }) => {
+                if self.estimates.len() <= offer.id as usize {
+                    self.estimates.resize(offer.id as usize + 1, 0);
+                }
+                self.estimates[offer.id as usize] = estimated_wait_ns;
+                Ok(())
+            }
             Ok(Enqueued::Refused(refusal)) => Err(refusal.reason),
             Err(e) => panic!("engine rejected a valid request: {e}"),
         }
@@ -604,6 +620,10 @@ impl Scheduler for Fairq {
 
     fn wakeup(&self) -> Option<u64> {
         self.engine.next_wakeup_ns()
+    }
+
+    fn estimated_wait_ns(&self, id: u32) -> Option<u64> {
+        self.estimates.get(id as usize).copied()
     }
 
     fn downstream_limits(&self) -> Vec<u64> {

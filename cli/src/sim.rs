@@ -185,6 +185,40 @@ pub struct RunResult {
     pub anomalies: Vec<String>,
     /// One per `[[downstreams]]` entry (empty without).
     pub downstreams: Vec<DownstreamResult>,
+    /// How the estimated waits compared with the waits that followed (schedulers that give
+    /// estimates: fairq).
+    pub estimates: Option<EstimateResult>,
+}
+
+/// Estimated against actual waits, over the requests queued after the first tenth of the run
+/// (warm) that waited at least 1 ms: actual / estimated, an estimate of 0 counting as infinite.
+#[derive(Clone, Debug)]
+pub struct EstimateResult {
+    /// Requests compared.
+    pub n: usize,
+    /// 10th, 50th and 90th percentile of actual / estimated.
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    /// Of them, those told 0.
+    pub zero: usize,
+}
+
+impl EstimateResult {
+    fn from_ratios(mut ratios: Vec<f64>) -> Option<EstimateResult> {
+        if ratios.is_empty() {
+            return None;
+        }
+        ratios.sort_by(f64::total_cmp);
+        let at = |p: f64| ratios[((ratios.len() - 1) as f64 * p).round() as usize];
+        Some(EstimateResult {
+            n: ratios.len(),
+            p10: at(0.1),
+            p50: at(0.5),
+            p90: at(0.9),
+            zero: ratios.iter().filter(|r| r.is_infinite()).count(),
+        })
+    }
 }
 
 /// What one downstream saw under one scheduler.
@@ -352,6 +386,10 @@ struct Sim<'a> {
     downstreams: Vec<DownstreamAcc>,
     /// Seconds whose pool limits are sampled.
     limits_sampled: u64,
+    /// actual / estimated wait of the warm requests that waited (see [`EstimateResult`]).
+    estimate_ratios: Vec<f64>,
+    /// Whether the scheduler gave any estimate.
+    estimated: bool,
 }
 
 impl<'a> Sim<'a> {
@@ -407,6 +445,8 @@ impl<'a> Sim<'a> {
             buckets,
             events: 0,
             anomalies: Vec::new(),
+            estimate_ratios: Vec::new(),
+            estimated: false,
             downstreams: scenario
                 .downstreams
                 .iter()
@@ -572,7 +612,10 @@ impl<'a> Sim<'a> {
     fn dispatch(&mut self, sched: &mut dyn Scheduler, now: u64) {
         while self.in_flight < self.max_in_flight {
             match sched.next(now) {
-                Pick::Granted(id) => self.granted(id, now),
+                Pick::Granted(id) => {
+                    self.compare_estimate(id, sched.estimated_wait_ns(id), now);
+                    self.granted(id, now);
+                }
                 Pick::Expired(id) => self.expired(id, now),
                 Pick::Empty => break,
             }
@@ -588,6 +631,21 @@ impl<'a> Sim<'a> {
                 self.wakeup_at = at;
                 self.push(at, Ev::Wakeup);
             }
+        }
+    }
+
+    /// Records request `id`'s actual wait against its estimate `estimate` at its grant.
+    fn compare_estimate(&mut self, id: u32, estimate: Option<u64>, now: u64) {
+        let Some(estimate) = estimate else { return };
+        self.estimated = true;
+        let arrival = self.reqs[id as usize].arrival;
+        let wait = now.saturating_sub(arrival);
+        if arrival >= self.trace.duration_ns / 10 && wait > 0 {
+            self.estimate_ratios.push(if estimate == 0 {
+                f64::INFINITY
+            } else {
+                wait as f64 / estimate as f64
+            });
         }
     }
 
@@ -789,6 +847,11 @@ impl<'a> Sim<'a> {
             events: self.events,
             anomalies: self.anomalies,
             downstreams,
+            estimates: if self.estimated {
+                EstimateResult::from_ratios(self.estimate_ratios)
+            } else {
+                None
+            },
         }
     }
 }

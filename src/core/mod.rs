@@ -258,6 +258,9 @@ pub(crate) struct Core<H> {
     lane_open: AtomicBool,
     /// The latest `now` seen, kept to `CLOCK_STEP`: a clock that goes backwards is held here.
     clock: CachePadded<AtomicU64>,
+    /// A recent tenant's grant spacing times its effective weight (`tenants::Waits`): what a
+    /// tenant with no measured waits of its own is estimated from.
+    spacing_hint: CachePadded<AtomicU64>,
     counters: Tallies,
     hooks: H,
 }
@@ -287,6 +290,7 @@ impl<H: Hooks> Core<H> {
             permits: Permits::new(limits.queue_capacity, limits.max_in_flight),
             wide: CachePadded::new(AtomicU64::new(NO_WIDE)),
             grants_out: CachePadded::new(AtomicU64::new(0)),
+            spacing_hint: CachePadded::new(AtomicU64::new(0)),
             lane_open: AtomicBool::new(limits.light_lane),
             clock: CachePadded::new(AtomicU64::new(0)),
             counters: Tallies::new(),
@@ -483,9 +487,21 @@ impl<H: Hooks> Core<H> {
         self.permits.unreserve_queued();
     }
 
+    /// The wait a request queued at `position` is told: its Retry-After, then the tenant's own
+    /// averages ([`tenants::Waits`]), or, for a tenant with none yet, those the spacing hint
+    /// gives its weight. 0 past the Retry-After while nothing has been measured.
     fn estimate(&self, slot: &TenantSlot, retry_after_ns: u64, position: u32) -> u64 {
-        let interval = slot.interval.load(Ordering::Relaxed);
-        retry_after_ns.saturating_add(interval.saturating_mul(u64::from(position)))
+        // Relaxed: an estimate.
+        let mut waits = tenants::Waits {
+            first: slot.first_wait.load(Ordering::Relaxed),
+            spacing: slot.spacing.load(Ordering::Relaxed),
+        };
+        if waits == tenants::Waits::default() {
+            // Relaxed: a hint.
+            let hint = self.spacing_hint.load(Ordering::Relaxed);
+            waits = tenants::Waits::from_hint(hint, slot.effective_weight());
+        }
+        retry_after_ns.saturating_add(waits.at(position))
     }
 
     /// Publishes a reserved ticket into tenant `t`'s queue and announces it, activating the
@@ -1177,7 +1193,12 @@ impl<H: Hooks> Core<H> {
             // Its place in the tenant's queue goes back in `after_turn`, with its entry (the
             // global place when the grant ends).
             self.hooks.queued(fields.downstream, -1);
-            slot.record_grant(cost, now);
+            let ready_at = fields.not_before.max(fields.enqueued_at);
+            if let Some(spacing) = slot.record_grant(cost, now, ready_at) {
+                // Relaxed: a hint for estimates, written by one grant in 64 of a tenant.
+                let hint = u64::from(spacing).saturating_mul(slot.effective_weight());
+                self.spacing_hint.store(hint, Ordering::Relaxed);
+            }
             if visit == Visit::Lane {
                 slot.record_lane_grant();
             }

@@ -75,6 +75,63 @@ impl Counts {
     }
 }
 
+/// The two averages a tenant's wait estimate is made of (`TenantSlot::first_wait` and
+/// `spacing`): how long a request that found nothing ready ahead of it waited (`first`), and the
+/// time between two grants of a backlogged tenant (`spacing`). A request at position `p` is
+/// told `first + (p - 1) × spacing`. Each is a moving average in units of 1,024 ns (about a
+/// microsecond); 0 means no sample yet. A reader may see the two from different grants: an
+/// estimate does not mind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Waits {
+    pub(crate) first: u32,
+    pub(crate) spacing: u32,
+}
+
+/// Nanoseconds per unit of [`Waits`], as a shift.
+const WAIT_UNIT_SHIFT: u32 = 10;
+
+impl Waits {
+    /// `old` moved toward a sample of `ns`: a quarter of the way when the sample is longer (waits
+    /// that grow show within a few grants), an eighth when it is shorter; the sample itself when
+    /// none came yet. At least one unit, so a sample is never taken for none.
+    pub(in crate::core) fn average(old: u32, ns: u64) -> u32 {
+        let sample = (ns >> WAIT_UNIT_SHIFT).clamp(1, u64::from(u32::MAX));
+        let old = u64::from(old);
+        let avg = if old == 0 {
+            sample
+        } else if sample > old {
+            (old * 3 + sample) / 4
+        } else {
+            (old * 7 + sample) / 8
+        };
+        avg as u32
+    }
+
+    /// The averages a tenant with none of its own is given, from `hint` (a spacing in units
+    /// times the effective weight it was measured at, `Core::spacing_hint`) and its own
+    /// effective weight: spacing grows as weight shrinks.
+    pub(crate) fn from_hint(hint: u64, weight: u64) -> Waits {
+        let spacing = (hint / weight.max(1)).min(u64::from(u32::MAX)) as u32;
+        Waits {
+            first: spacing / 2,
+            spacing,
+        }
+    }
+
+    /// The wait at 1-based `position`, ns: from what is known, each average standing in for
+    /// the other when it has no sample yet (a first-in-line wait is about half a spacing);
+    /// 0 when neither has one.
+    pub(crate) fn at(self, position: u32) -> u64 {
+        let (first, spacing) = match (self.first, self.spacing) {
+            (0, s) => (s / 2, s),
+            (f, 0) => (f, f.saturating_mul(2)),
+            (f, s) => (f, s),
+        };
+        let units = u64::from(first) + u64::from(spacing) * u64::from(position.saturating_sub(1));
+        units.saturating_mul(1 << WAIT_UNIT_SHIFT)
+    }
+}
+
 /// One tenant: its queue, its scheduling state and its counters.
 ///
 /// `repr(C)`, hot fields first: a grant touches the first three lines (scheduling state,
@@ -111,10 +168,11 @@ pub(crate) struct TenantSlot {
     /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
     /// holder at the tenant's next visit.
     pub(in crate::core) debt: AtomicI64,
-    /// Owned by the turn holder: time of the last grant, and the EWMA of the interval between
-    /// grants (ns), for the estimated wait.
+    /// Owned by the turn holder: time of the last grant, and the two averages of the estimated
+    /// wait ([`Waits`]).
     pub(in crate::core) last_grant: AtomicU64,
-    pub(in crate::core) interval: AtomicU64,
+    pub(in crate::core) first_wait: AtomicU32,
+    pub(in crate::core) spacing: AtomicU32,
     /// `grants_total` when this tenant took the slot: its own grants are the difference
     /// (`TenantSlot::granted`). Written only by the claimer.
     pub(in crate::core) grants_base: AtomicU64,
@@ -184,18 +242,26 @@ impl TenantSlot {
             * u64::from(self.counted_factor.load(Ordering::Relaxed))
     }
 
-    /// Holder: a grant of `cost` at `now`: the service interval estimate and the counters.
-    pub(in crate::core) fn record_grant(&self, cost: u32, now: u64) {
+    /// Holder: a grant of `cost` at `now`, of a request ready since `ready_at` (queued, and past
+    /// its Retry-After): the wait estimate's two averages (see [`Waits`]) and the counters. A
+    /// request that became ready after the tenant's last grant had nothing ready ahead of it:
+    /// its wait is a first-in-line sample. Any other grant follows the previous one in a
+    /// backlog: the time between them is a spacing sample.
+    /// Returns the spacing average every 64th grant of the slot, for `Core::spacing_hint`.
+    pub(in crate::core) fn record_grant(&self, cost: u32, now: u64, ready_at: u64) -> Option<u32> {
         let last = self.last_grant.load(Ordering::Relaxed);
         self.last_grant.store(now, Ordering::Relaxed);
-        let sample = now.saturating_sub(last);
-        let old = self.interval.load(Ordering::Relaxed);
-        let ewma = if old == 0 {
-            sample
+        let (average, since) = if ready_at >= last {
+            (&self.first_wait, ready_at)
         } else {
-            (old.saturating_mul(7).saturating_add(sample)) / 8
+            (&self.spacing, last)
         };
-        self.interval.store(ewma, Ordering::Relaxed);
+        // Relaxed load + store: written only by the turn holder, as `last_grant`.
+        let old = average.load(Ordering::Relaxed);
+        average.store(
+            Waits::average(old, now.saturating_sub(since)),
+            Ordering::Relaxed,
+        );
         // Relaxed load + store, not `fetch_add`: like `last_grant`, these counters are written
         // only by the turn holder (and by a thief holding the slot exclusively); the turn's
         // hand-off (ring push Release / pop Acquire) orders one holder's writes before the next.
@@ -204,6 +270,12 @@ impl TenantSlot {
             .store(granted_cost + u64::from(cost), Ordering::Relaxed);
         let total = self.grants_total.load(Ordering::Relaxed);
         self.grants_total.store(total + 1, Ordering::Relaxed);
+        if total % 64 == 0 {
+            // Relaxed: our own write above.
+            let spacing = self.spacing.load(Ordering::Relaxed);
+            return (spacing != 0).then_some(spacing);
+        }
+        None
     }
 
     /// A grant's cost was corrected by `delta` at `complete` (any thread: an RMW of its own).
@@ -257,7 +329,8 @@ impl TenantSlot {
             wheel_next: AtomicU32::new(NIL),
             debt: AtomicI64::new(0),
             last_grant: AtomicU64::new(0),
-            interval: AtomicU64::new(0),
+            first_wait: AtomicU32::new(0),
+            spacing: AtomicU32::new(0),
             grants_base: AtomicU64::new(0),
             granted_cost: AtomicU64::new(0),
             cost_corrections: AtomicI64::new(0),
@@ -357,7 +430,6 @@ impl TenantTable {
     /// classes and the visitor slots the server writes on every grant. When it is not (or no
     /// tenant was left), the tenant is forgotten and the caller picks as usual, so a server
     /// that went away is taken over by the full pick's steal.
-    #[inline]
     pub(crate) fn granted_while_waiting(&self, wait: impl FnOnce()) -> bool {
         // Relaxed: see `leave_to_server`; 0 unless some caller left a tenant.
         if self.leaving.load(Ordering::Relaxed) == 0 {
@@ -422,7 +494,6 @@ impl TenantTable {
         self.touches.load(Ordering::Relaxed)
     }
 
-    #[inline]
     pub(crate) fn touch(&self) {
         if cfg!(debug_assertions) {
             self.touches.fetch_add(1, Ordering::Relaxed);
@@ -453,7 +524,6 @@ impl TenantTable {
     /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns
     /// `pins` `LIVE` counts on it, and a place in its queue if the queue held fewer than `bound`
     /// requests ([`Place`]; a bound of 0 asks none).
-    #[inline]
     fn try_pin(&self, index: usize, key: u64, pins: u64, bound: u32) -> Option<Place> {
         let slot = &self.slots[index];
         self.touch();
@@ -535,7 +605,6 @@ impl TenantTable {
     /// `None` when it has none or the slot changed hands meanwhile (`pin_or_claim` settles
     /// both). Inline: most enqueues find their tenant's slot, and end here without the claim
     /// loop's set-up.
-    #[inline]
     pub(crate) fn pin_found(&self, key: u64, pins: u64, bound: u32) -> Option<(u32, Place)> {
         let index = self.locate(key)?;
         let place = self.try_pin(index, key, pins, bound)?;
@@ -544,7 +613,6 @@ impl TenantTable {
 
     /// The slot holding `key` in its probe window, looking no further than an empty slot (where
     /// a claim would put it). A hint: the slot may change hands before it is pinned.
-    #[inline]
     fn locate(&self, key: u64) -> Option<usize> {
         let n = self.slots.len();
         let mut index = self.home(key);
@@ -658,7 +726,8 @@ impl TenantTable {
         slot.debt.store(0, Ordering::Relaxed);
         slot.factor.store(FACTOR_ONE, Ordering::Relaxed);
         slot.last_grant.store(now, Ordering::Relaxed);
-        slot.interval.store(0, Ordering::Relaxed);
+        slot.first_wait.store(0, Ordering::Relaxed);
+        slot.spacing.store(0, Ordering::Relaxed);
         slot.grants_base
             .store(slot.grants_total.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.granted_cost.store(0, Ordering::Relaxed);
