@@ -25,11 +25,12 @@ tenants with 2-deep tenant queues, statuses and counts against /metrics and ngin
 and the worker's RSS before and after. Many light tenants: wrk with 32 connections back to back,
 each request for a random one of 100 tenants, to an upstream that answers at once, through 8
 permits and through 4096 (nothing queues): p99 with 8 permits within 1.5x of the other (up to
-three attempts).
+three attempts). The example: nginx.conf.example as example-conf.sh prints it passes nginx -t
+(as root and as nobody) and serves.
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
-     [--only abandoned|load|many-light]
+     [--only abandoned|load|many-light|example]
 """
 
 import argparse
@@ -1176,6 +1177,95 @@ async def many_light_tenants(args, prefix):
     return attempts
 
 
+# ---------------------------------------------------------------------------------- the example
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BAD_LOG = r"\[(alert|crit|emerg)\]|exited on signal|segfault|core dumped"
+
+
+def log_problems(path):
+    log = open(path).read() if os.path.exists(path) else ""
+    return [line for line in log.splitlines() if re.search(BAD_LOG, line)]
+
+
+async def quit_nginx(proc, what):
+    proc.send_signal(signal.SIGQUIT)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        check(False, f"{what}: nginx quits gracefully")
+
+
+async def example_conf(args, prefix, upstream_port):
+    """nginx.conf.example as example-conf.sh prints it: nginx -t passes on it unedited, and the
+    nginx it configures serves the example's /api/ (through the test's upstream) and refuses a
+    request without an API key."""
+    print("- nginx.conf.example through example-conf.sh PREFIX", flush=True)
+    sub = os.path.join(prefix, "example")
+    made = subprocess.run([os.path.join(HERE, "example-conf.sh"), sub,
+                           os.path.abspath(args.module)], capture_output=True, text=True,
+                          env=dict(os.environ, UPSTREAM=f"127.0.0.1:{upstream_port}"))
+    check(made.returncode == 0, f"example-conf.sh PREFIX prints a configuration{made.stderr}")
+    if made.returncode != 0:
+        return
+    conf = os.path.join(sub, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(made.stdout)
+    test = subprocess.run([args.nginx, "-t", "-p", sub, "-c", conf], capture_output=True,
+                          text=True)
+    check(test.returncode == 0, "example: nginx -t -p PREFIX -c <example-conf.sh PREFIX> "
+                                "passes" + ("\n" + test.stderr if test.returncode else ""))
+    if test.returncode != 0:
+        return
+    # Run as root, nginx -t would also pass with root's paths (/run, /var/log/nginx): the same
+    # as an unprivileged user, when one can read the script and the module.
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv:
+        nobody = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        script, module = os.path.join(HERE, "example-conf.sh"), os.path.abspath(args.module)
+        if subprocess.run(nobody + ["test", "-r", script, "-a", "-r", module]).returncode == 0:
+            home = os.path.join(prefix, "example-nobody")
+            os.makedirs(home)
+            os.chmod(home, 0o777)
+            as_nobody = subprocess.run(
+                nobody + ["sh", "-c", '"$0" "$1/p" "$2" >"$1/nginx.conf" && '
+                          '"$3" -t -p "$1/p" -c "$1/nginx.conf"',
+                          script, home, module, args.nginx], capture_output=True, text=True)
+            check(as_nobody.returncode == 0,
+                  "example: as user nobody too, nginx -t passes on example-conf.sh's output"
+                  + ("\n" + as_nobody.stderr if as_nobody.returncode else ""))
+        else:
+            print("  not checked: nginx -t as nobody (cannot read the module)", flush=True)
+    port = int(re.search(r"listen 127\.0\.0\.1:(\d+);", made.stdout).group(1))
+    proc = subprocess.Popen([args.nginx, "-p", sub, "-c", conf, "-g", "daemon off;"])
+    try:
+        await wait_port(port)
+        r = await one(port, "/api/hello", "key-enterprise")
+        check(r.status == 200 and r.body.startswith(b"served /api/hello"),
+              f"example: /api/ with an API key is proxied ({r.status} {r.body[:40]!r})")
+        r = await one(port, "/api/hello")
+        check_refusal(r, "no_tenant", position=0, max_wait_ms=0)
+        await one(port, "/api/hello", "key-pro")
+        logs = os.path.join(sub, "logs")
+        pid = open(os.path.join(logs, "nginx.pid")).read().strip() \
+            if os.path.exists(os.path.join(logs, "nginx.pid")) else None
+        access = open(os.path.join(logs, "access.log")).read() \
+            if os.path.exists(os.path.join(logs, "access.log")) else ""
+        check(pid == str(proc.pid) and access.count("/api/hello") == 3,
+              f"example: the pid file and the access log are under PREFIX/logs (pid {pid}, "
+              f"{access.count('/api/hello')} of 3 requests logged)")
+        outside = [line.strip() for line in made.stdout.splitlines()
+                   if re.match(r"\s*(pid|error_log|access_log|\w+_temp_path) ", line)
+                   and not line.split()[1].startswith(sub + "/")]
+        check(not outside, f"example: every pid, log and temp path is under PREFIX {outside}")
+    finally:
+        await quit_nginx(proc, "example")
+    bad = log_problems(os.path.join(sub, "logs", "error.log"))
+    check(not bad, "example: error log has no alerts or crashes"
+          + "".join("\n      " + line for line in bad[:5]))
+
+
 # ---------------------------------------------------------------------------------- fleet mode
 
 FLEET_NAME = "nginx-test"
@@ -1481,6 +1571,8 @@ async def run(args):
                 await load_smoke(args, prefix)
             if "many-light" in args.only:
                 await many_light_tenants(args, prefix)
+            if "example" in args.only:
+                await example_conf(args, prefix, upstream_port)
             return
 
         tally, health = Tally(), []
@@ -1592,6 +1684,7 @@ async def run(args):
                   f"{MANY_UNLIMITED} permits: "
                   + ", ".join(f"{a:.2f} / {b:.2f} ms" for a, b in many), flush=True)
 
+        await example_conf(args, prefix, upstream_port)
         await fleet_scenarios(args, prefix, upstream_port)
     finally:
         if nginx is not None:
@@ -1621,7 +1714,8 @@ def main():
     ap.add_argument("--module", help="path of ngx_http_fairq_module.so")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
-    ap.add_argument("--only", action="append", choices=["abandoned", "load", "many-light"],
+    ap.add_argument("--only", action="append",
+                    choices=["abandoned", "load", "many-light", "example"],
                     help="run only this scenario (repeatable), not the whole test")
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
