@@ -62,7 +62,18 @@
 typedef struct {
     ngx_str_t                   id;
     ngx_uint_t                  weight;
+    ngx_str_t                   name;        /* name=: its metrics label; empty: none given */
 } ngx_http_fairq_weight_t;
+
+
+/* A configured tenant's name in the metrics: its tenant key and the label value (escaped). */
+typedef struct {
+    uint64_t                    key;
+    ngx_str_t                   label;
+} ngx_http_fairq_tenant_name_t;
+
+/* The longest name= value: Prometheus labels are for people, not payloads. */
+#define NGX_HTTP_FAIRQ_NAME_MAX  128
 
 
 /* fairq_tier NAME WEIGHT and fairq_pool NAME MAX: a name and a number. */
@@ -86,6 +97,9 @@ typedef struct {
     ngx_uint_t                  default_weight;
     ngx_msec_t                  engine_max_wait;    /* largest fairq_max_wait anywhere */
     ngx_array_t                *weights;            /* ngx_http_fairq_weight_t */
+    ngx_array_t                *names;              /* ngx_http_fairq_tenant_name_t, by key */
+    size_t                      name_max;           /* the longest label in names */
+    ngx_flag_t                  api_key_values;     /* a fairq_tenant takes an API key value */
     ngx_array_t                *tiers;              /* ngx_http_fairq_named_t: weight */
     ngx_array_t                *pools;              /* ngx_http_fairq_named_t: max */
     ngx_uint_t                  default_pool;       /* index of the pool named "default" */
@@ -327,7 +341,7 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
       &ngx_http_fairq_weight_range },
 
     { ngx_string("fairq_weight"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
       ngx_http_fairq_weight,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
@@ -1332,6 +1346,114 @@ ngx_http_fairq_header_filter(ngx_http_request_t *r)
 }
 
 
+/*
+ * The engine's text (len bytes at *buf) with tenant_name="..." after each tenant="<key>" label
+ * of a configured tenant's series (see ngx_http_fairq_init_names), in a new buffer with `extra`
+ * bytes of room after it; *buf and *len then describe the new text.
+ */
+static ngx_int_t
+ngx_http_fairq_name_tenants(ngx_http_request_t *r, ngx_http_fairq_main_conf_t *fmcf,
+    u_char **buf, size_t *len, size_t extra)
+{
+    u_char                        *p, *end, *q, *out, *o, c;
+    size_t                         count;
+    uint64_t                       key;
+    ngx_uint_t                     lo, hi, mid, i;
+    ngx_http_fairq_tenant_name_t  *n, *found;
+
+    static const char              tag[] = "tenant=\"";
+    static const char              named[] = ",tenant_name=\"";
+
+    end = *buf + *len;
+    count = 0;
+
+    for (p = *buf; (p = ngx_strlcasestrn(p, end, (u_char *) tag, sizeof(tag) - 2)) != NULL;
+         p++)
+    {
+        count++;
+    }
+
+    if (count == 0) {
+        return NGX_OK;
+    }
+
+    out = ngx_pnalloc(r->pool, *len + count * (sizeof(named) + fmcf->name_max) + extra);
+    if (out == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = fmcf->names->elts;
+    o = out;
+    p = *buf;
+
+    while (p < end) {
+        q = ngx_strlcasestrn(p, end, (u_char *) tag, sizeof(tag) - 2);
+        if (q == NULL) {
+            o = ngx_cpymem(o, p, end - p);
+            break;
+        }
+
+        /* A whole label (after '{' or ','), 16 hex digits and the closing quote. */
+        q += sizeof(tag) - 1;
+        o = ngx_cpymem(o, p, q - p);
+        p = q;
+
+        if (q - (sizeof(tag) - 1) == *buf
+            || (q[-(ssize_t) sizeof(tag)] != '{' && q[-(ssize_t) sizeof(tag)] != ',')
+            || end - q < 17 || q[16] != '"')
+        {
+            continue;
+        }
+
+        key = 0;
+        for (i = 0; i < 16; i++) {
+            c = q[i];
+            if (c >= '0' && c <= '9') {
+                key = key << 4 | (uint64_t) (c - '0');
+            } else if (c >= 'a' && c <= 'f') {
+                key = key << 4 | (uint64_t) (c - 'a' + 10);
+            } else {
+                break;
+            }
+        }
+
+        if (i < 16) {
+            continue;
+        }
+
+        found = NULL;
+        lo = 0;
+        hi = fmcf->names->nelts;
+        while (lo < hi) {
+            mid = lo + (hi - lo) / 2;
+            if (n[mid].key == key) {
+                found = &n[mid];
+                break;
+            }
+            if (n[mid].key < key) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+
+        o = ngx_cpymem(o, q, 17);
+        p = q + 17;
+
+        if (found != NULL) {
+            o = ngx_cpymem(o, named, sizeof(named) - 1);
+            o = ngx_cpymem(o, found->label.data, found->label.len);
+            *o++ = '"';
+        }
+    }
+
+    *buf = out;
+    *len = o - out;
+
+    return NGX_OK;
+}
+
+
 /* The engine's Prometheus text, then this worker's own counters. */
 static ngx_int_t
 ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
@@ -1388,8 +1510,16 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
     }
 
     len = ngx_strlen(buf);
-    p = buf + len;
     end = buf + cap + extra;
+
+    if (fmcf->names) {
+        if (ngx_http_fairq_name_tenants(r, fmcf, &buf, &len, extra) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        end = buf + len + extra;
+    }
+
+    p = buf + len;
 
     p = ngx_slprintf(p, end,
             "# HELP fairq_nginx_admitted_total Requests this nginx worker let through "
@@ -1773,6 +1903,26 @@ ngx_http_fairq_weight(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     w->id = value[1];
     w->weight = (ngx_uint_t) n;
+    ngx_str_null(&w->name);
+
+    /* name=LABEL: the tenant's label in the metrics, in place of its identifier. */
+    if (cf->args->nelts == 4) {
+        if (value[3].len <= 5 || ngx_strncmp(value[3].data, "name=", 5) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\" (name=LABEL)", &value[3]);
+            return NGX_CONF_ERROR;
+        }
+
+        w->name.data = value[3].data + 5;
+        w->name.len = value[3].len - 5;
+
+        if (w->name.len > NGX_HTTP_FAIRQ_NAME_MAX) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "name \"%V\" is longer than %d bytes", &w->name,
+                               NGX_HTTP_FAIRQ_NAME_MAX);
+            return NGX_CONF_ERROR;
+        }
+    }
 
     return NGX_CONF_OK;
 }
@@ -1786,6 +1936,7 @@ ngx_http_fairq_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_str_t                         *value;
     ngx_uint_t                         i;
+    ngx_http_fairq_main_conf_t        *fmcf;
     ngx_http_compile_complex_value_t   ccv;
 
     if (flcf->ntenant) {
@@ -1811,6 +1962,12 @@ ngx_http_fairq_tenant(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     flcf->ntenant = cf->args->nelts - 1;
+
+    /* A third value is an API key: fairq_weight identifiers may then be API keys. */
+    if (flcf->ntenant == NGX_HTTP_FAIRQ_TENANT_VALUES) {
+        fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_fairq_module);
+        fmcf->api_key_values = 1;
+    }
 
     return NGX_CONF_OK;
 }
@@ -2164,6 +2321,120 @@ ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+static ngx_int_t
+ngx_http_fairq_cmp_names(const void *one, const void *two)
+{
+    const ngx_http_fairq_tenant_name_t  *a = one, *b = two;
+
+    return a->key < b->key ? -1 : a->key > b->key;
+}
+
+
+/*
+ * The names /metrics gives configured tenants, by tenant key: a fairq_weight's name=, else its
+ * identifier, unless identifiers may be API keys (fairq_tenant_dimension api_key, or a
+ * fairq_tenant with an API-key value): a secret never becomes a label, so only name= does.
+ * Every other tenant keeps only its hashed key.
+ */
+static ngx_int_t
+ngx_http_fairq_init_names(ngx_conf_t *cf, ngx_http_fairq_main_conf_t *fmcf)
+{
+    u_char                        *p;
+    size_t                         len;
+    uint64_t                       key;
+    ngx_str_t                     *src;
+    ngx_uint_t                     i, j, api_keys;
+    ngx_http_fairq_weight_t       *w;
+    ngx_http_fairq_tenant_name_t  *n;
+
+    if (fmcf->weights == NULL) {
+        return NGX_OK;
+    }
+
+    api_keys = fmcf->api_key_values || fmcf->tenant_dimension == FAIRQ_TENANT_DIM_API_KEY;
+
+    fmcf->names = ngx_array_create(cf->pool, fmcf->weights->nelts,
+                                   sizeof(ngx_http_fairq_tenant_name_t));
+    if (fmcf->names == NULL) {
+        return NGX_ERROR;
+    }
+
+    w = fmcf->weights->elts;
+
+    for (i = 0; i < fmcf->weights->nelts; i++) {
+        src = w[i].name.len ? &w[i].name : api_keys ? NULL : &w[i].id;
+        if (src == NULL) {
+            continue;
+        }
+
+        if (fairq_tenant_key((const char *) w[i].id.data, w[i].id.len, &key) != FAIRQ_OK) {
+            continue;
+        }
+
+        /* Escaped as a label value: backslash, double quote and newline. */
+        len = 0;
+        for (j = 0; j < src->len; j++) {
+            len += (src->data[j] == '\\' || src->data[j] == '"' || src->data[j] == '\n')
+                   ? 2 : 1;
+        }
+
+        n = ngx_array_push(fmcf->names);
+        if (n == NULL) {
+            return NGX_ERROR;
+        }
+
+        n->key = key;
+        n->label.len = len;
+        n->label.data = ngx_pnalloc(cf->pool, len);
+        if (n->label.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = n->label.data;
+        for (j = 0; j < src->len; j++) {
+            switch (src->data[j]) {
+            case '\\':
+                *p++ = '\\'; *p++ = '\\';
+                break;
+            case '"':
+                *p++ = '\\'; *p++ = '"';
+                break;
+            case '\n':
+                *p++ = '\\'; *p++ = 'n';
+                break;
+            default:
+                *p++ = src->data[j];
+            }
+        }
+
+        fmcf->name_max = ngx_max(fmcf->name_max, len);
+    }
+
+    if (fmcf->names->nelts == 0) {
+        fmcf->names = NULL;
+        return NGX_OK;
+    }
+
+    /* Sorted by key for the lookup; of two fairq_weight lines for one tenant the last wins,
+     * as it does for the weight. */
+    n = fmcf->names->elts;
+    ngx_sort(n, fmcf->names->nelts, sizeof(ngx_http_fairq_tenant_name_t),
+             ngx_http_fairq_cmp_names);
+
+    for (i = 0, j = 0; i < fmcf->names->nelts; i++) {
+        if (j > 0 && n[j - 1].key == n[i].key) {
+            n[j - 1] = n[i];
+        } else {
+            n[j++] = n[i];
+        }
+    }
+
+    fmcf->names->nelts = j;
+
+    return NGX_OK;
+}
+
+
 /* After every location is merged: build the engine config and check it (nginx -t says why). */
 static ngx_int_t
 ngx_http_fairq_init(ngx_conf_t *cf)
@@ -2252,6 +2523,10 @@ ngx_http_fairq_init(ngx_conf_t *cf)
     }
 
     fairq_engine_builder_free(builder);
+
+    if (ngx_http_fairq_init_names(cf, fmcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
 #if defined(FAIRQ_FLEET)
     if (fmcf->fleet_redis.len) {

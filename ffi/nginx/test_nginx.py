@@ -26,11 +26,12 @@ and the worker's RSS before and after. Many light tenants: wrk with 32 connectio
 each request for a random one of 100 tenants, to an upstream that answers at once, through 8
 permits and through 4096 (nothing queues): p99 with 8 permits within 1.5x of the other (up to
 three attempts). The example: nginx.conf.example as example-conf.sh prints it passes nginx -t
-(as root and as nobody) and serves.
+(as root and as nobody) and serves. Tenant names: configured tenants carry tenant_name in
+/metrics, every other tenant only its hashed key.
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
-     [--only abandoned|load|many-light|example]
+     [--only abandoned|load|many-light|example|names]
 """
 
 import argparse
@@ -1199,8 +1200,8 @@ async def quit_nginx(proc, what):
 
 async def example_conf(args, prefix, upstream_port):
     """nginx.conf.example as example-conf.sh prints it: nginx -t passes on it unedited, and the
-    nginx it configures serves the example's /api/ (through the test's upstream) and refuses a
-    request without an API key."""
+    nginx it configures serves the example's /api/ (through the test's upstream), refuses a
+    request without an API key, and names the configured tenant in /metrics."""
     print("- nginx.conf.example through example-conf.sh PREFIX", flush=True)
     sub = os.path.join(prefix, "example")
     made = subprocess.run([os.path.join(HERE, "example-conf.sh"), sub,
@@ -1247,6 +1248,7 @@ async def example_conf(args, prefix, upstream_port):
         r = await one(port, "/api/hello")
         check_refusal(r, "no_tenant", position=0, max_wait_ms=0)
         await one(port, "/api/hello", "key-pro")
+        samples = await scrape(port)
         logs = os.path.join(sub, "logs")
         pid = open(os.path.join(logs, "nginx.pid")).read().strip() \
             if os.path.exists(os.path.join(logs, "nginx.pid")) else None
@@ -1259,11 +1261,160 @@ async def example_conf(args, prefix, upstream_port):
                    if re.match(r"\s*(pid|error_log|access_log|\w+_temp_path) ", line)
                    and not line.split()[1].startswith(sub + "/")]
         check(not outside, f"example: every pid, log and temp path is under PREFIX {outside}")
+        names = {dict(labels).get("tenant_name") for (name, labels) in samples
+                 if name == "rate_limit_fair_queue_tenant_requests_total"}
+        check(names == {"acme", None},
+              f"example: /metrics names key-enterprise acme and key-pro by its hash only "
+              f"({names})")
     finally:
         await quit_nginx(proc, "example")
     bad = log_problems(os.path.join(sub, "logs", "error.log"))
     check(not bad, "example: error log has no alerts or crashes"
           + "".join("\n      " + line for line in bad[:5]))
+
+
+# ---------------------------------------------------------------------------------- tenant names
+
+NAMES_CONF = """\
+# Written by ffi/nginx/test_nginx.py.
+load_module {module};
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log info;
+
+events {{
+    worker_connections 256;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+
+    fairq_tenant_dimension {dimension};
+    fairq_max_in_flight 4;
+{weights}
+    server {{
+        listen 127.0.0.1:{backend_port};
+        return 200 "ok\\n";
+    }}
+
+    server {{
+        listen 127.0.0.1:{port};
+        fairq_tenant {tenant};
+
+        location / {{
+            fairq on;
+            proxy_pass http://127.0.0.1:{backend_port};
+        }}
+        location = /metrics {{
+            fairq_metrics;
+        }}
+    }}
+}}
+"""
+
+# (what, fairq_tenant_dimension, fairq_tenant, the fairq_weight lines, the requests: (header,
+# identifier, count, the tenant_name its series must carry or None)). The counts differ, so a
+# tenant's series are told apart by its requests_total.
+NAMES_CASES = [
+    ("API keys", "api_key", "$http_x_api_key",
+     ["fairq_weight gold 3 name=gold-co;", "fairq_weight silver 2;"],
+     [("X-Api-Key", "gold", 3, "gold-co"), ("X-Api-Key", "silver", 5, None),
+      ("X-Api-Key", "copper", 2, None)]),
+    ("user names", "user", "$http_x_user",
+     ["fairq_weight alice 3;", 'fairq_weight bob 2 "name=Bob \\"B\\" Smith";'],
+     [("X-User", "alice", 3, "alice"), ("X-User", "bob", 5, 'Bob \\"B\\" Smith'),
+      ("X-User", "carol", 2, None)]),
+    ("user, team, API key", "user", "$http_x_user $http_x_team $http_x_api_key",
+     ["fairq_weight alice 3;", "fairq_weight bob 2 name=bob-co;"],
+     [("X-User", "alice", 3, None), ("X-User", "bob", 5, "bob-co"),
+      ("X-Api-Key", "carol", 2, None)]),
+]
+
+
+def names_nginx(args, prefix, dimension, tenant, weights):
+    os.makedirs(prefix, exist_ok=True)
+    os.chmod(prefix, 0o755)
+    port, backend_port = free_port(), free_port()
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(NAMES_CONF.format(module=os.path.abspath(args.module), user=user,
+                                  prefix=prefix, dimension=dimension, tenant=tenant,
+                                  weights="".join(f"    {w}\n" for w in weights),
+                                  port=port, backend_port=backend_port))
+    return port, conf
+
+
+async def tenant_names(args, prefix):
+    """Configured tenants carry their name in /metrics (tenant_name, next to the hashed tenant
+    label): a fairq_weight's name=, else its identifier unless identifiers may be API keys.
+    Every other tenant is its hash only: no raw identifier is ever a label value."""
+    print("- tenant names in /metrics", flush=True)
+    for n, (what, dimension, tenant, weights, sends) in enumerate(NAMES_CASES):
+        sub = os.path.join(prefix, f"names-{n}")
+        port, conf = names_nginx(args, sub, dimension, tenant, weights)
+        proc = subprocess.Popen([args.nginx, "-p", sub, "-c", conf])
+        try:
+            await wait_port(port)
+            statuses = collections.Counter()
+            for header, ident, count, _ in sends:
+                for _ in range(count):
+                    conn = Conn(port)
+                    try:
+                        statuses[(await conn.request("/x", {header: ident})).status] += 1
+                    finally:
+                        conn.close()
+            check(set(statuses) == {200}, f"names, {what}: every request served "
+                                          f"({dict(statuses)})")
+            samples = await scrape(port)
+        finally:
+            await quit_nginx(proc, f"names, {what}")
+        by_tenant = collections.defaultdict(set)     # tenant hash -> its tenant_name values
+        requests = {}                                # requests_total -> tenant hash
+        values = set()
+        for (name, labels), value in samples.items():
+            labels = dict(labels)
+            values |= set(labels.values())
+            if "tenant" in labels:
+                by_tenant[labels["tenant"]].add(labels.get("tenant_name"))
+                if name == "rate_limit_fair_queue_tenant_requests_total":
+                    requests[int(value)] = labels["tenant"]
+        check(by_tenant and all(re.fullmatch(r"[0-9a-f]{16}", t) for t in by_tenant),
+              f"names, {what}: every tenant label is a 16-hex-digit key ({sorted(by_tenant)})")
+        check(all(len(v) == 1 for v in by_tenant.values()),
+              f"names, {what}: each tenant's series all carry the same tenant_name, or none")
+        got = {ident: (next(iter(by_tenant[requests[count]]))
+                       if count in requests else "(no series)")
+               for _, ident, count, _ in sends}
+        want = {ident: name for _, ident, _, name in sends}
+        check(got == want, f"names, {what}: tenant_name by tenant {want} (got {got})")
+        raw = {ident for _, ident, _, name in sends if name != ident}
+        check(not raw & values,
+              f"names, {what}: no identifier without its own name is a label value "
+              f"({sorted(raw & values)})")
+        bad = log_problems(os.path.join(sub, "error.log"))
+        check(not bad, f"names, {what}: error log has no alerts or crashes"
+              + "".join("\n      " + line for line in bad[:5]))
+
+    # nginx -t refuses a third fairq_weight parameter other than name=LABEL, and a long name.
+    sub = os.path.join(prefix, "names-bad")
+    for weight in ("fairq_weight gold 3 nom=gold-co;", "fairq_weight gold 3 name=;",
+                   f"fairq_weight gold 3 name={'n' * 129};"):
+        _, conf = names_nginx(args, sub, "user", "$http_x_user", [weight])
+        test = subprocess.run([args.nginx, "-t", "-p", sub, "-c", conf], capture_output=True,
+                              text=True)
+        said = (test.stderr.strip().splitlines() or [""])[0]
+        check(test.returncode != 0 and "[emerg]" in said
+              and ("invalid parameter" in said or "longer than 128" in said),
+              f"names: nginx -t refuses `{weight[:40]}` ({said[:160]})")
 
 
 # ---------------------------------------------------------------------------------- fleet mode
@@ -1573,6 +1724,8 @@ async def run(args):
                 await many_light_tenants(args, prefix)
             if "example" in args.only:
                 await example_conf(args, prefix, upstream_port)
+            if "names" in args.only:
+                await tenant_names(args, prefix)
             return
 
         tally, health = Tally(), []
@@ -1685,6 +1838,7 @@ async def run(args):
                   + ", ".join(f"{a:.2f} / {b:.2f} ms" for a, b in many), flush=True)
 
         await example_conf(args, prefix, upstream_port)
+        await tenant_names(args, prefix)
         await fleet_scenarios(args, prefix, upstream_port)
     finally:
         if nginx is not None:
@@ -1715,7 +1869,7 @@ def main():
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
     ap.add_argument("--only", action="append",
-                    choices=["abandoned", "load", "many-light", "example"],
+                    choices=["abandoned", "load", "many-light", "example", "names"],
                     help="run only this scenario (repeatable), not the whole test")
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
