@@ -16,9 +16,11 @@
 # Environment:
 #   BUILD_DIR    where objs/ and the results go   (default ffi/nginx/build/source; git-ignored)
 #   FAIRQ_FLEET  1: fleet mode (-DFAIRQ_FLEET, library with --features fleet); 0: without it
-#                (default 1)
-#   FAIRQ_LIB    a prebuilt libfairq.a            (default: cargo build --release -p fairq,
-#                with --features fleet when FAIRQ_FLEET=1)
+#                (default 1, or with FAIRQ_PKG_CONFIG=1 the installed library's mode)
+#   FAIRQ_LIB    a prebuilt libfairq.a            (default: cargo build --release -p fairq
+#                --target-dir target/nginx-fleet --features fleet; target/nginx-default without
+#                fleet; target/release is left alone)
+#   FAIRQ_PKG_CONFIG  1: the installed fairq that pkg-config finds instead (library.sh)
 #   MODULES_ONLY 1: build only the module (make modules)   (default 0)
 #   JOBS         make -j                          (default 2)
 # Output: BUILD_DIR/nginx (unless MODULES_ONLY=1) and BUILD_DIR/ngx_http_fairq_module.so; the
@@ -35,31 +37,15 @@ fi
 src=$(cd "$1" && pwd)
 shift
 BUILD_DIR=${BUILD_DIR:-$here/build/source}
-FAIRQ_FLEET=${FAIRQ_FLEET:-1}
 MODULES_ONLY=${MODULES_ONLY:-0}
 JOBS=${JOBS:-2}
-case "$FAIRQ_FLEET" in 0|1) ;; *) echo "build-from-source.sh: FAIRQ_FLEET is 0 or 1" >&2; exit 2;; esac
 mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 
-if [ -z "${FAIRQ_LIB:-}" ]; then
-    features=()
-    [ "$FAIRQ_FLEET" = 1 ] && features=(--features fleet)
-    (cd "$root" && cargo build --release -p fairq "${features[@]}" --quiet)
-    target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-    FAIRQ_LIB=$target_dir/release/libfairq.a
-fi
-[ -f "$FAIRQ_LIB" ] || { echo "build-from-source.sh: $FAIRQ_LIB not found" >&2; exit 1; }
-if [ "$FAIRQ_FLEET" = 1 ] \
-    && ! nm -g --defined-only "$FAIRQ_LIB" 2>/dev/null | grep ' T fairq_fleet_new$' >/dev/null; then
-    echo "build-from-source.sh: $FAIRQ_LIB has no fleet API: build it with --features fleet," \
-        "or set FAIRQ_FLEET=0" >&2
-    exit 1
-fi
-
 # ffi/nginx/config reads these: the header's folder, the library, fleet mode on or off.
-export FAIRQ_INCLUDE="$root/include" FAIRQ_LIB FAIRQ_FLEET
+# shellcheck source=library.sh
+. "$here/library.sh"
+fairq_library build-from-source.sh "$root" || exit 1
 cd "$src"
 echo "nginx $(sed -n 's/^#define NGINX_VERSION *"\(.*\)"/\1/p' src/core/nginx.h) from $src" >&2
 # The build folder and the module, relative to the source tree: nginx's configure rewrites every

@@ -7,14 +7,23 @@
 # --add-dynamic-module gives a module whose signature matches the installed binary
 # (--with-compat).
 #
+# The library (library.sh): this repository's, built by cargo into a target directory of its
+# own (target/nginx-fleet; target/release is left alone), or a prebuilt one:
+#
+#   ffi/c/install.sh /opt/fairq --features fleet
+#   PKG_CONFIG_PATH=/opt/fairq/lib/pkgconfig FAIRQ_PKG_CONFIG=1 ffi/nginx/build.sh
+#
 # Environment:
 #   NGX_SRC     the configure tree       (default /usr/share/nginx/src)
 #   BUILD_DIR   where to build           (default ffi/nginx/build; git-ignored)
-#   FAIRQ_FLEET 1: fleet mode (fairq_fleet_* directives, -DFAIRQ_FLEET)   (default 1)
+#   FAIRQ_PKG_CONFIG  1: link the installed fairq that pkg-config finds (its fairq.h and
+#               libfairq.a); nothing is built with cargo
+#   FAIRQ_FLEET 1: fleet mode (fairq_fleet_* directives, -DFAIRQ_FLEET)   (default 1, or with
+#               FAIRQ_PKG_CONFIG=1 the installed library's mode)
 #               0: without it; fairq_fleet_redis is then refused by nginx -t
-#   FAIRQ_LIB   a prebuilt libfairq.a    (default: cargo build --release -p fairq, with
-#               --features fleet when FAIRQ_FLEET=1). With FAIRQ_FLEET=1 it must be a fleet
-#               build (cargo build --release -p fairq --features fleet): checked with nm.
+#   FAIRQ_LIB   a prebuilt libfairq.a    (default: cargo build --release -p fairq --target-dir
+#               target/nginx-fleet --features fleet; target/nginx-default without fleet). With
+#               FAIRQ_FLEET=1 it must be a fleet build: checked with nm.
 #   JOBS        make -j                  (default 2)
 # Output: $BUILD_DIR/ngx_http_fairq_module.so (the path is printed last).
 set -euo pipefail
@@ -24,31 +33,16 @@ root=$(cd "$here/../.." && pwd)
 NGX_SRC=${NGX_SRC:-/usr/share/nginx/src}
 BUILD_DIR=${BUILD_DIR:-$here/build}
 JOBS=${JOBS:-2}
-FAIRQ_FLEET=${FAIRQ_FLEET:-1}
-case "$FAIRQ_FLEET" in 0|1) ;; *) echo "build.sh: FAIRQ_FLEET must be 0 or 1" >&2; exit 1;; esac
 
 if [ ! -f "$NGX_SRC/conf_flags" ] || [ ! -x "$NGX_SRC/configure" ]; then
     echo "build.sh: no nginx configure tree at $NGX_SRC (apt-get install -y nginx nginx-dev)" >&2
     exit 1
 fi
 
-if [ -z "${FAIRQ_LIB:-}" ]; then
-    features=()
-    [ "$FAIRQ_FLEET" = 1 ] && features=(--features fleet)
-    (cd "$root" && cargo build --release -p fairq "${features[@]}" --quiet)
-    target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps \
-        | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-    FAIRQ_LIB=$target_dir/release/libfairq.a
-fi
-[ -f "$FAIRQ_LIB" ] || { echo "build.sh: $FAIRQ_LIB not found" >&2; exit 1; }
-# A module compiled with -DFAIRQ_FLEET against a default build would fail to load (undefined
-# fairq_fleet_*): refuse it here.
-if [ "$FAIRQ_FLEET" = 1 ] && command -v nm >/dev/null \
-    && ! nm -g --defined-only "$FAIRQ_LIB" 2>/dev/null | grep ' T fairq_fleet_new$' >/dev/null; then
-    echo "build.sh: $FAIRQ_LIB has no fleet API: build it with --features fleet," \
-        "or set FAIRQ_FLEET=0" >&2
-    exit 1
-fi
+# FAIRQ_INCLUDE, FAIRQ_LIB and FAIRQ_FLEET, for config.
+# shellcheck source=library.sh
+. "$here/library.sh"
+fairq_library build.sh "$root" || exit 1
 
 # A private copy of the configure tree: configure writes objs/ and a Makefile next to it.
 src=$BUILD_DIR/nginx-src
@@ -60,7 +54,6 @@ cp -a "$NGX_SRC/." "$src/"
 . "$src/conf_flags"          # NGX_CONF_FLAGS=( ... ), Debian's configure arguments
 
 cd "$src"
-export FAIRQ_INCLUDE="$root/include" FAIRQ_LIB FAIRQ_FLEET
 ./configure "${NGX_CONF_FLAGS[@]}" \
     --with-cc-opt="-g -O2 -fPIC -fstack-protector-strong -Wformat -Werror=format-security -D_FORTIFY_SOURCE=2" \
     --with-ld-opt="-Wl,-z,relro -Wl,-z,now -fPIC" \
