@@ -338,7 +338,10 @@ typedef struct fairq_enqueue_result {
     // `FAIRQ_QUEUED`: the handle for `fairq_cancel` and, once granted, `fairq_complete`.
     // `FAIRQ_REFUSED`: 0.
     uint64_t ticket;
-    // `FAIRQ_QUEUED`: Retry-After plus the measured service interval times the position, in ns.
+    // `FAIRQ_QUEUED`: the wait to expect, in ns: Retry-After, plus what the tenant's requests
+    // that found nothing ahead waited, plus its measured time between grants for each request
+    // ahead (a tenant with nothing measured is estimated from other tenants by weight; an engine
+    // that measured nothing yet tells only the Retry-After).
     uint64_t estimated_wait_ns;
     // The 1-based place in the tenant's queue it has, or would have had (0: not applicable).
     uint32_t position;
@@ -372,7 +375,7 @@ typedef struct fairq_grant {
 
 // What `fairq_complete` did, when the caller asks (the pointer may be NULL).
 typedef struct fairq_completion {
-    // `FAIRQ_REQUEUED`: Retry-After plus the measured service interval times the position.
+    // `FAIRQ_REQUEUED`: the wait to expect, in ns, estimated as at enqueue.
     uint64_t estimated_wait_ns;
     // `FAIRQ_REFUSED`: time it spent queued, in ns.
     uint64_t waited_ns;

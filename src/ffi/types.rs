@@ -164,7 +164,10 @@ pub struct fairq_enqueue_result {
     /// `FAIRQ_QUEUED`: the handle for `fairq_cancel` and, once granted, `fairq_complete`.
     /// `FAIRQ_REFUSED`: 0.
     pub ticket: u64,
-    /// `FAIRQ_QUEUED`: Retry-After plus the measured service interval times the position, in ns.
+    /// `FAIRQ_QUEUED`: the wait to expect, in ns: Retry-After, plus what the tenant's requests
+    /// that found nothing ahead waited, plus its measured time between grants for each request
+    /// ahead (a tenant with nothing measured is estimated from other tenants by weight; an engine
+    /// that measured nothing yet tells only the Retry-After).
     pub estimated_wait_ns: u64,
     /// The 1-based place in the tenant's queue it has, or would have had (0: not applicable).
     pub position: u32,
@@ -245,7 +248,7 @@ impl From<Expired> for fairq_grant {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct fairq_completion {
-    /// `FAIRQ_REQUEUED`: Retry-After plus the measured service interval times the position.
+    /// `FAIRQ_REQUEUED`: the wait to expect, in ns, estimated as at enqueue.
     pub estimated_wait_ns: u64,
     /// `FAIRQ_REFUSED`: time it spent queued, in ns.
     pub waited_ns: u64,
