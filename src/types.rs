@@ -81,6 +81,13 @@ impl Reason {
         }
     }
 
+    /// Whether the same request, sent again later, can be served: false for a request that
+    /// names no tenant (`NoTenant`, `NotQueueable`), which a gateway answers without
+    /// `Retry-After`.
+    pub fn retry_can_help(self) -> bool {
+        !matches!(self, Reason::NoTenant | Reason::NotQueueable)
+    }
+
     /// The reason with this code, if any.
     pub fn from_code(code: u32) -> Option<Reason> {
         Reason::ALL.get((code as usize).wrapping_sub(1)).copied()

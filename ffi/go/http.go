@@ -517,7 +517,8 @@ func (q *HTTPQueue) serveGranted(w http.ResponseWriter, r *http.Request, next ht
 }
 
 // writeRefusal answers 429 with Retry-After (whole seconds, at least 1: the longer of the
-// limiter's hint and the wait already spent), the position and wait headers and the JSON body.
+// limiter's hint and the wait already spent; none for a request that names no tenant, which
+// sent again is refused again), the position and wait headers and the JSON body.
 func writeRefusal(w http.ResponseWriter, f queueRefusal, dim TenantDimension, limiterRetry time.Duration) {
 	hint := time.Duration(f.waitedNs)
 	if limiterRetry > hint {
@@ -530,7 +531,9 @@ func writeRefusal(w http.ResponseWriter, f queueRefusal, dim TenantDimension, li
 	waitMs := f.waitedNs / 1e6
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	if f.reason != ReasonNoTenant && f.reason != ReasonNotQueueable {
+		h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	}
 	h.Set("X-Fair-Queue-Position", strconv.FormatUint(uint64(f.position), 10))
 	h.Set("X-Fair-Queue-Wait-Ms", strconv.FormatUint(waitMs, 10))
 	w.WriteHeader(http.StatusTooManyRequests)

@@ -580,6 +580,10 @@ func TestHTTPMetricsNoTenantAndOff(t *testing.T) {
 		d.Reason != "no_tenant" || d.Position != 0 {
 		t.Errorf("no tenant: %d %s", a.status, a.body)
 	}
+	// Sent again, it is refused again: no Retry-After.
+	if got := a.header.Get("Retry-After"); got != "" {
+		t.Errorf("no tenant: Retry-After %q", got)
+	}
 	q.Engine().SetEnabled(false)
 	if a := get(t, c, url+"/admission", "acme"); a.status != http.StatusOK || string(a.body) != "none" {
 		t.Errorf("off: %d %q", a.status, a.body)

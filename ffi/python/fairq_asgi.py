@@ -406,17 +406,19 @@ async def _respond(send, status, content_type, body, headers=()):
 
 async def _refuse(send, reason, position, waited_ns, tenant_dimension, retry_after):
     """429 with Retry-After (whole seconds, at least 1: the longer of the limiter's hint and the
-    wait already spent), the position and wait headers and the JSON body."""
+    wait already spent; none for a request that names no tenant, which sent again is refused
+    again), the position and wait headers and the JSON body."""
     wait_ms = waited_ns // 1_000_000
     retry_s = max(1, math.ceil(max(retry_after, waited_ns / 1e9)))
     body = ('{"error": {"type": "rate_limited", "message": "fair queue refused the request: %s", '
             '"details": {"fair_queue": {"tenant_dimension": "%s", "reason": "%s", '
             '"position": %d, "wait_ms": %d}}}}\n'
             % (reason, tenant_dimension, reason, position, wait_ms)).encode()
-    await _respond(send, 429, b"application/json", body,
-                   [(b"retry-after", b"%d" % retry_s),
-                    (b"x-fair-queue-position", b"%d" % position),
-                    (b"x-fair-queue-wait-ms", b"%d" % wait_ms)])
+    headers = [(b"x-fair-queue-position", b"%d" % position),
+               (b"x-fair-queue-wait-ms", b"%d" % wait_ms)]
+    if reason not in ("no_tenant", "not_queueable"):
+        headers.insert(0, (b"retry-after", b"%d" % retry_s))
+    await _respond(send, 429, b"application/json", body, headers)
 
 
 class FairQueueMiddleware:

@@ -13,8 +13,9 @@
 //! ends. A request whose client goes away while it waits (its future is dropped) is cancelled.
 //! The budget, `min(max_wait_ms, timeout)`, is enforced by a timer per waiting request.
 //!
-//! A refusal is answered `429 Too Many Requests` with `Retry-After`, `x-fair-queue-position`,
-//! `x-fair-queue-wait-ms` and a JSON body:
+//! A refusal is answered `429 Too Many Requests` with `Retry-After` (none for `no_tenant`: sent
+//! again, the request is refused again), `x-fair-queue-position`, `x-fair-queue-wait-ms` and a
+//! JSON body:
 //!
 //! ```json
 //! {"error": {"type": "rate_limited", "message": "fair queue refused the request: tenant_queue_full",

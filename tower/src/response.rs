@@ -31,7 +31,8 @@ pub(crate) fn granted_headers(headers: &mut HeaderMap, admission: &Admission) {
 }
 
 /// 429 with `Retry-After` (whole seconds, at least 1: the longer of the limiter's hint and the
-/// wait already spent), the position and wait headers, and the JSON error body.
+/// wait already spent; none when a retry cannot help, `Reason::retry_can_help`), the position
+/// and wait headers, and the JSON error body.
 pub(crate) fn refusal<B>(
     refusal: Refusal,
     tenant_dimension: TenantDimension,
@@ -52,7 +53,9 @@ pub(crate) fn refusal<B>(
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(RETRY_AFTER, HeaderValue::from(retry_s.max(1)));
+    if refusal.reason.retry_can_help() {
+        headers.insert(RETRY_AFTER, HeaderValue::from(retry_s.max(1)));
+    }
     headers.insert(POSITION, HeaderValue::from(refusal.position));
     headers.insert(WAIT_MS, HeaderValue::from(wait_ms));
     response

@@ -734,6 +734,8 @@ fn metrics_no_tenant_and_off() {
             .unwrap();
         let response = client.request(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        // Sent again, it is refused again: no Retry-After.
+        assert!(response.headers().get("retry-after").is_none());
         let body = response.into_body().collect().await.unwrap().to_bytes();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(

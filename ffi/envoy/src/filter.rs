@@ -395,8 +395,11 @@ impl Filter {
             d = self.dimension.as_str(),
             p = info.position,
         );
+        // No Retry-After when sending the request again cannot help (it names no tenant).
+        let retry = reason
+            .retry_can_help()
+            .then(|| ("retry-after", retry_s.to_string()));
         let values = [
-            ("retry-after", retry_s.to_string()),
             ("x-fair-queue-reason", reason.as_str().to_string()),
             ("x-fair-queue-position", info.position.to_string()),
             ("x-fair-queue-wait-ms", wait_ms.to_string()),
@@ -406,8 +409,9 @@ impl Filter {
             ),
             ("content-type", "application/json".to_string()),
         ];
-        let headers: Vec<ModuleHeader> = values
+        let headers: Vec<ModuleHeader> = retry
             .iter()
+            .chain(&values)
             .map(|(k, v)| ModuleHeader::new(k.as_bytes(), v.as_bytes()))
             .collect();
         let details = format!("fairq_{}", reason.as_str());

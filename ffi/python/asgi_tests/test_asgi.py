@@ -403,6 +403,8 @@ class Behaviour(unittest.TestCase):
             self.assertEqual(anonymous.status_code, 429)
             details = anonymous.json()["error"]["details"]["fair_queue"]
             self.assertEqual((details["reason"], details["position"]), ("no_tenant", 0))
+            # Sent again, it is refused again: no Retry-After.
+            self.assertNotIn("retry-after", anonymous.headers)
             self.assertEqual((off.status_code, off.text), (200, "none"))
 
 
