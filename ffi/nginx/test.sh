@@ -61,13 +61,14 @@ status=0
 run_checks "$here/test_nginx.py" --module "$module" --nginx "$(command -v nginx)" "$@" || status=1
 
 # The module against an installed fairq, as a user with a packaged library builds it: install.sh
-# into a temporary prefix (its own target directory), build.sh with FAIRQ_PKG_CONFIG=1, then the
+# into a temporary prefix (in the tree build's target directory, whose fleet-mode dependencies it
+# reuses), build.sh with FAIRQ_PKG_CONFIG=1, then the
 # example's checks with that module (nginx -t, requests, /metrics). No ".S" in the folder's name:
 # nginx's configure would take it for an assembly source.
 installed=$(mktemp -d /tmp/fairq-installed-XXXXXX)
 chmod 755 "$installed"    # test_nginx.py runs nginx -t as nobody too
 echo "== the module against fairq installed in $installed/prefix (pkg-config)"
-if CARGO_TARGET_DIR=$target_dir/nginx-install "$root/ffi/c/install.sh" "$installed/prefix" \
+if CARGO_TARGET_DIR=$target_dir/nginx-fleet "$root/ffi/c/install.sh" "$installed/prefix" \
         --features fleet >"$installed/install.log" 2>&1 \
     && PKG_CONFIG_PATH=$installed/prefix/lib/pkgconfig FAIRQ_PKG_CONFIG=1 \
         BUILD_DIR=$installed/build "$here/build.sh" >"$installed/build.log" 2>&1; then

@@ -542,6 +542,19 @@ async def wait_port(port, timeout=10):
 
 # ---------------------------------------------------------------------------------- scenarios
 
+def estimates(responses):
+    """Over the responses that waited at least 10 ms: (count, median of actual / estimated
+    wait, how many were told 0)."""
+    pairs = [(int(r.headers["x-fair-queue-wait-ms"]),
+              int(r.headers["x-fair-queue-estimated-wait-ms"]))
+             for r in responses if r.status == 200
+             and "x-fair-queue-estimated-wait-ms" in r.headers
+             and int(r.headers.get("x-fair-queue-wait-ms", 0)) >= 10]
+    ratios = [w / e if e > 0 else float("inf") for w, e in pairs]
+    median = pct(ratios, 50) if ratios else None
+    return len(pairs), median, sum(1 for _, e in pairs if e == 0)
+
+
 async def light_vs_flood(port, tally, health):
     """B alone, then A (40 conns) + B (2 conns) with fairq on, then with fairq off."""
     results = {}
@@ -566,6 +579,10 @@ async def light_vs_flood(port, tally, health):
             "statuses": collections.Counter(r.status for r in a + b),
             "b_wait_p95": pct([int(r.headers.get("x-fair-queue-wait-ms", 0)) for r in bw], 95),
             "b_waited": sum(1 for r in bw if "x-fair-queue-wait-ms" in r.headers),
+            # The estimates A's queued requests were told, against what they waited: warm (after
+            # the warm-up) and on the first burst (the phase's first half second).
+            "estimates": estimates(aw),
+            "first_burst": estimates([r for r in a if r.start < t0 + 0.5]),
         }
         r = results[label]
         print(f"  {label:5s} B: n={r['b_n']:4d} p50={r['b_p50']:7.1f} ms "
@@ -1750,6 +1767,15 @@ async def run(args):
         check(shows_problem,
               f"fairq off: B p95 {off:.1f} ms is clearly worse (x{off / alone:.1f} alone, "
               f"x{off / on:.1f} fairq on)", timing=True)
+        n, median, zero = lat["on"]["estimates"]
+        n1, median1, zero1 = lat["on"]["first_burst"]
+        fmt = lambda m: "-" if m is None else f"{m:.2f}"  # noqa: E731
+        print(f"  A's estimated waits: warm n={n} median actual/estimated {fmt(median)} "
+              f"({zero} told 0); first half second n={n1} median {fmt(median1)} "
+              f"({zero1} told 0)", flush=True)
+        check(n >= 100 and median is not None and 0.5 <= median <= 2.0,
+              f"x-fair-queue-estimated-wait-ms: median actual / estimated {fmt(median)} within "
+              f"0.5-2 over A's {n} warm waits", timing=True)
 
         print("- weights 3:1 (gold 3, iron 1), 16 conns each", flush=True)
         g, i = await weighted(port, tally, health)
