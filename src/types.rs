@@ -81,11 +81,12 @@ impl Reason {
         }
     }
 
-    /// Whether the same request, sent again later, can be served: false for a request that
-    /// names no tenant (`NoTenant`, `NotQueueable`), which a gateway answers without
-    /// `Retry-After`.
+    /// Whether the same request, sent again later, can be served: false only for a request
+    /// that names no tenant (`NoTenant`), which a gateway answers without `Retry-After`. A
+    /// `NotQueueable` refusal comes from a limiter on a dimension that names no tenant (a
+    /// global limit): its Retry-After stands.
     pub fn retry_can_help(self) -> bool {
-        !matches!(self, Reason::NoTenant | Reason::NotQueueable)
+        self != Reason::NoTenant
     }
 
     /// The reason with this code, if any.

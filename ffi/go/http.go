@@ -531,7 +531,7 @@ func writeRefusal(w http.ResponseWriter, f queueRefusal, dim TenantDimension, li
 	waitMs := f.waitedNs / 1e6
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if f.reason != ReasonNoTenant && f.reason != ReasonNotQueueable {
+	if f.reason != ReasonNoTenant {
 		h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	}
 	h.Set("X-Fair-Queue-Position", strconv.FormatUint(uint64(f.position), 10))

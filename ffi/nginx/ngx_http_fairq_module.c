@@ -1229,10 +1229,10 @@ ngx_http_fairq_send(ngx_http_request_t *r, u_char *pos, u_char *last)
 
 /*
  * Whether sending the same request again later can succeed. A request that names no tenant
- * (no_tenant: every fairq_tenant value empty) or whose dimension names none (not_queueable) is
- * refused again however long the client waits: its 429 carries no Retry-After. Every other
- * reason passes with time: permits and queue room free up, tenants leave the table, a pool
- * stops shedding, a budget starts afresh.
+ * (no_tenant: every fairq_tenant value empty) is refused again however long the client waits:
+ * its 429 carries no Retry-After. Every other reason passes with time: permits and queue room
+ * free up, tenants leave the table, a pool stops shedding, a budget starts afresh, a global
+ * limit (not_queueable, which the module's tenant dimensions never give) lets it through.
  */
 static ngx_uint_t
 ngx_http_fairq_retryable(uint32_t reason)
@@ -1240,7 +1240,6 @@ ngx_http_fairq_retryable(uint32_t reason)
     switch (reason) {
 
     case FAIRQ_REASON_NO_TENANT:
-    case FAIRQ_REASON_NOT_QUEUEABLE:
         return 0;
 
     default:

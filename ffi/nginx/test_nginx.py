@@ -310,7 +310,7 @@ def window(responses, t0, t1):
 # ---------------------------------------------------------------------------------- checks
 
 # Refusals that the same request, sent again later, meets again: their 429 has no Retry-After.
-NOT_RETRYABLE = ("no_tenant", "not_queueable")
+NOT_RETRYABLE = ("no_tenant",)
 
 
 def check_refusal(r, reason, dimension="api_key", position=None, min_wait_ms=None,

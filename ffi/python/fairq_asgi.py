@@ -416,7 +416,7 @@ async def _refuse(send, reason, position, waited_ns, tenant_dimension, retry_aft
             % (reason, tenant_dimension, reason, position, wait_ms)).encode()
     headers = [(b"x-fair-queue-position", b"%d" % position),
                (b"x-fair-queue-wait-ms", b"%d" % wait_ms)]
-    if reason not in ("no_tenant", "not_queueable"):
+    if reason != "no_tenant":
         headers.insert(0, (b"retry-after", b"%d" % retry_s))
     await _respond(send, 429, b"application/json", body, headers)
 
