@@ -86,7 +86,7 @@ build=$root/target/nginx-source/build
 # the test's temporary prefix does not have.
 module=$(BUILD_DIR=$build "$here/build-from-source.sh" "$NGINX_SRC" \
     --error-log-path=/dev/stderr | tail -n 1)
-"$build/nginx" -V 2>&1 | head -n 1
+"$build/nginx" -V 2>&1 | sed -n 1p    # sed reads it all: head would close the pipe early (SIGPIPE)
 # Exit status 3: only timing checks failed; run-checks.sh runs the script again (twice at most).
 # shellcheck source=run-checks.sh
 . "$here/run-checks.sh"
