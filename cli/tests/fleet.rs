@@ -741,7 +741,7 @@ fn outage(server: RedisServer, start_unix_ms: u64, label: String) -> JoinHandle<
         };
         let field = format!("t:{:016x}", TenantKey::from_raw(b"B").get());
         let b_total = |port: u16| {
-            // The epoch rule of src/fleet.rs: wall-clock ms / epoch_ms (default 5 minutes).
+            // The epoch rule of src/fleet/redis.rs: wall-clock ms / epoch_ms (default 5 minutes).
             let epoch = unix_ms() / 300_000;
             let key = format!("{{fairq:{label}}}:served:{epoch}");
             (
