@@ -11,7 +11,7 @@ use std::cell::Cell;
 /// One way to break the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Break {
-    /// `acquire_permit` loads, checks and stores instead of one CAS.
+    /// `Permits::grant` loads, checks and stores instead of one CAS.
     Permit,
     /// Ticket transitions load, compare and store instead of one CAS.
     Ticket,

@@ -2,9 +2,9 @@
 //! the class rings, `word_ring.rs`), and how a ring's table of them is built.
 //!
 //! Both are Vyukov array queues, in which entry `i` starts free for position `i`. An engine of
-//! the default size holds about 125,000 entries. Collected from an iterator, under Miri, which
-//! interprets every step of it, they took 20 of the 40 seconds it took to build that engine; a
-//! zeroed allocation and one store per stamp take about 2.
+//! the default size holds about 125,000 entries, so the table is a zeroed allocation and one
+//! store per stamp, not a collected iterator: under Miri, which interprets every step, that
+//! difference is half of an engine's build time.
 
 use crate::sync::AtomicU64;
 use crate::table::{Table, Zeroed};

@@ -11,13 +11,7 @@
 //! Hooks run on the hot path: they must not block, lock or allocate.
 
 use crate::core::classes::ClassView;
-
-/// A tenant slot's index in the tenant table. A slot keeps its index for the engine's life; it
-/// holds one tenant at a time (see `tenants.rs`, "Slot life cycle").
-pub(crate) type SlotId = u32;
-
-/// A weight class's index.
-pub(crate) type ClassId = u32;
+use crate::core::ids::{ClassId, SlotId};
 
 /// What the core tells the hooks about a grant.
 #[derive(Clone, Copy, Debug)]

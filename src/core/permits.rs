@@ -19,22 +19,30 @@
 //! zero: every decrement undoes an increment its caller made (the loom models
 //! `in_flight::permits` and `in_flight::grant_vs_cancel`).
 
+use crate::core::packed::Field;
 use crate::sync::{AtomicU64, CachePadded, Ordering};
 
-const IN_FLIGHT_ONE: u64 = 1;
-/// The in-flight half, `WIDE` included (it reads as a count above any limit).
-const IN_FLIGHT_HALF: u64 = 0xFFFF_FFFF;
+/// The word's fields, from bit 0 up: the permits out, the `WIDE` bit, the requests admitted.
+const IN_FLIGHT: Field = Field::first(31);
+const WIDE_BIT: Field = Field::after(IN_FLIGHT, 1);
+const ADMITTED: Field = Field::after(WIDE_BIT, 32);
+
+const IN_FLIGHT_ONE: u64 = IN_FLIGHT.one();
 /// A request that needs every permit waits for them (module docs). Limits are far below it.
-const WIDE: u64 = 1 << 31;
+const WIDE: u64 = WIDE_BIT.mask();
 /// The permits out.
-const IN_FLIGHT_MASK: u64 = WIDE - 1;
-const ADMITTED_ONE: u64 = 1 << 32;
+const IN_FLIGHT_MASK: u64 = IN_FLIGHT.mask();
+/// The in-flight half, `WIDE` included (it reads as a count above any limit).
+const IN_FLIGHT_HALF: u64 = IN_FLIGHT_MASK | WIDE;
+const ADMITTED_ONE: u64 = ADMITTED.one();
+// The config's caps (2^20 in flight, 2^24 queued) fit with room.
+const _: () = assert!(IN_FLIGHT.max() > 1 << 20 && ADMITTED.max() > (1 << 24) + (1 << 20));
 
 /// What one grant of `width` permits adds to the word: `width` in flight, and `width - 1` more
 /// admitted (so queued, `admitted - in_flight`, loses exactly the one request granted).
 #[inline]
 fn granted(width: u64) -> u64 {
-    width + ((width - 1) << 32)
+    width * IN_FLIGHT_ONE + (width - 1) * ADMITTED_ONE
 }
 
 /// What `next_grant` can do now, from one read of the word.
@@ -53,7 +61,8 @@ pub(crate) enum Capacity {
 pub(crate) struct AtCapacity;
 
 pub(crate) struct Permits {
-    /// `admitted << 32 | in_flight`; both fit 32 bits (the config caps their bounds).
+    /// `ADMITTED`, `WIDE_BIT` and `IN_FLIGHT`; the config caps both counts far below their
+    /// fields' sizes.
     word: CachePadded<AtomicU64>,
     max_queued: u64,
     max_in_flight: u64,
@@ -103,7 +112,7 @@ impl Permits {
     pub(crate) fn unreserve_queued(&self) {
         // Relaxed: see `update`.
         let before = self.word.fetch_sub(ADMITTED_ONE, Ordering::Relaxed);
-        debug_assert!(before >> 32 > 0, "queued count below zero");
+        debug_assert!(ADMITTED.get(before) > 0, "queued count below zero");
     }
 
     /// Whether a permit is free now (a read: `next_grant` answers `AtCapacity` without a
@@ -223,7 +232,7 @@ impl Permits {
             before & IN_FLIGHT_MASK >= width,
             "in-flight count below zero"
         );
-        debug_assert!(before >> 32 >= width, "admitted count below zero");
+        debug_assert!(ADMITTED.get(before) >= width, "admitted count below zero");
     }
 
     /// `(queued, in_flight)` now, read together.
@@ -238,5 +247,22 @@ impl Permits {
 /// `ungrant`, the permit is counted while the cancel has already given the place back.
 #[inline]
 fn queued(word: u64) -> u64 {
-    (word >> 32).saturating_sub(word & IN_FLIGHT_MASK)
+    ADMITTED.get(word).saturating_sub(IN_FLIGHT.get(word))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_word_packs_in_flight_wide_and_admitted() {
+        crate::core::packed::tests::round_trips(&[IN_FLIGHT, WIDE_BIT, ADMITTED]);
+        // A grant of width 3: three permits out, one request fewer queued.
+        let word = 5 * ADMITTED_ONE + granted(3);
+        assert_eq!((queued(word), word & IN_FLIGHT_MASK), (4, 3));
+        let permits = Permits::new(10, 4);
+        assert!(permits.reserve_queued() && permits.reserve_queued());
+        assert_eq!(permits.grant(1), Ok(()));
+        assert_eq!(permits.load(), (1, 1));
+    }
 }

@@ -28,22 +28,29 @@
 //! (the CAS acquires the thief's release) and backs out. So a caller works only on a slot that
 //! holds its own key, never one that now belongs to someone else.
 
-use crate::core::hooks::SlotId;
+use crate::core::ids::SlotId;
+use crate::core::packed::Field;
 use crate::core::ring::TenantQueue;
 use crate::limits::FACTOR_ONE;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, CachePadded, Ordering};
 use crate::table::Table;
 
-const QUEUED_ONE: u64 = 1;
-const QUEUED_MASK: u64 = (1 << 21) - 1;
-const DEPTH_ONE: u64 = 1 << 21;
-const DEPTH_MASK: u64 = QUEUED_MASK << 21;
-const LIVE_ONE: u64 = 1 << 42;
-const LIVE_MASK: u64 = ((1 << 22) - 1) << 42;
+/// The fields of `counts`, from bit 0 up (module docs, "Slot life cycle").
+const QUEUED_FIELD: Field = Field::first(21);
+const DEPTH_FIELD: Field = Field::after(QUEUED_FIELD, 21);
+const LIVE_FIELD: Field = Field::after(DEPTH_FIELD, 22);
+const QUEUED_ONE: u64 = QUEUED_FIELD.one();
+const QUEUED_MASK: u64 = QUEUED_FIELD.mask();
+const DEPTH_ONE: u64 = DEPTH_FIELD.one();
+const DEPTH_MASK: u64 = DEPTH_FIELD.mask();
+const LIVE_ONE: u64 = LIVE_FIELD.one();
+const LIVE_MASK: u64 = LIVE_FIELD.mask();
 /// `live` all ones: the slot is being claimed (no count reaches it).
 const STEALING: u64 = LIVE_MASK;
 /// The largest `queued` and `depth` the fields hold.
-const COUNT_MAX: u64 = QUEUED_MASK;
+const COUNT_MAX: u64 = QUEUED_FIELD.max();
+// The config caps a tenant's queue at 2^20 requests.
+const _: () = assert!(COUNT_MAX >= 1 << 20 && LIVE_FIELD.mask() >> 63 == 1);
 /// Most slots one lookup probes. Bounds enqueue's cost on a crowded table.
 pub(crate) const PROBE_WINDOW: usize = 512;
 /// "No tenant" in links and staged handles.
@@ -56,12 +63,12 @@ pub(in crate::core) struct Counts(u64);
 impl Counts {
     /// Entries announced: the staged head included, dead ones until swept.
     pub(in crate::core) fn queued(self) -> u64 {
-        self.0 & QUEUED_MASK
+        QUEUED_FIELD.get(self.0)
     }
 
     /// Requests waiting (cancelled ones excluded) and places reserved.
     pub(in crate::core) fn depth(self) -> u64 {
-        (self.0 & DEPTH_MASK) >> 21
+        DEPTH_FIELD.get(self.0)
     }
 
     fn stealing(self) -> bool {
@@ -69,9 +76,8 @@ impl Counts {
     }
 
     /// Tickets not yet ended plus pins.
-    #[allow(dead_code)] // for debugging and tests of the packing
     pub(in crate::core) fn live(self) -> u64 {
-        (self.0 & LIVE_MASK) >> 42
+        LIVE_FIELD.get(self.0)
     }
 }
 
@@ -909,6 +915,17 @@ mod loom_models {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_pack_three_fields_and_stealing_is_no_count() {
+        crate::core::packed::tests::round_trips(&[QUEUED_FIELD, DEPTH_FIELD, LIVE_FIELD]);
+        assert_eq!(LIVE_FIELD.end(), 64, "the fields fill the word");
+        let counts = Counts(3 * LIVE_ONE + 2 * DEPTH_ONE + QUEUED_ONE);
+        assert_eq!((counts.live(), counts.depth(), counts.queued()), (3, 2, 1));
+        assert!(!counts.stealing());
+        // STEALING is `live` all ones, above any count of pins and tickets.
+        assert!(Counts(STEALING).stealing());
+    }
 
     #[test]
     fn pin_found_finds_keys_placed_past_their_home_and_nothing_for_a_key_without_a_slot() {
