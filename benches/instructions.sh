@@ -50,7 +50,7 @@ import sys
 check, cycles_bin, rustc = sys.argv[1] == "1", sys.argv[2], sys.argv[3]
 TOLERANCE = 0.05   # relative, on top of the rounding's 5
 
-CONTENDERS = ["fairq", "fairq_lean", "floor", "mutex_swrr", "firq_core"]
+CONTENDERS = ["fairq", "fairq_lean", "fairq_core", "floor", "mutex_swrr", "firq_core"]
 TENANTS = [1, 16384]
 # Cycles N per case (the runs are N and 2N). One tenant's cycle is the same every time, so
 # 20,000 give its count exactly; with 16,384 tenants a weighted round is about 60,000 grants,

@@ -7,18 +7,18 @@
 //! valgrind --tool=callgrind target/release/examples/cycles fairq hot-8:1 200000
 //! ```
 //!
-//! Arguments: contender (`fairq`, `fairq_lean`, `floor`, `mutex_swrr`, `firq_core`), tenants,
-//! cycles, and optionally runs (default 1): that many timed runs of `cycles` each on the same
-//! contender, one line each, to tell a slow engine from a slow stretch of the host. The workload
-//! is `benches/workload`'s. Tenants `hot-1` and `hot-8:1` are the hot-tenant cases of `compare
-//! --hot` (one tenant; weights 8 and 1; shallow queues).
+//! Arguments: contender (`fairq`, `fairq_lean`, `fairq_core`, `floor`, `mutex_swrr`,
+//! `firq_core`), tenants, cycles, and optionally runs (default 1): that many timed runs of
+//! `cycles` each on the same contender, one line each, to tell a slow engine from a slow stretch
+//! of the host. The workload is `benches/workload`'s. Tenants `hot-1` and `hot-8:1` are the
+//! hot-tenant cases of `compare --hot` (one tenant; weights 8 and 1; shallow queues).
 
 #[path = "../benches/workload/mod.rs"]
 mod workload;
 
 use workload::{
-    hot_cases, set_shallow, tenants, Contender, Fairq, FairqLean, FirqCore, Floor, MutexSwrr,
-    Prepared,
+    hot_cases, set_shallow, tenants, Contender, Fairq, FairqCore, FairqLean, FirqCore, Floor,
+    MutexSwrr, Prepared,
 };
 
 fn run<C: Contender>(tenants: Vec<(u64, u32)>, cycles: u64, runs: u32) {
@@ -55,6 +55,7 @@ fn main() {
     match name {
         "fairq" => run::<Fairq>(chosen, cycles, runs),
         "fairq_lean" => run::<FairqLean>(chosen, cycles, runs),
+        "fairq_core" => run::<FairqCore>(chosen, cycles, runs),
         "floor" => run::<Floor>(chosen, cycles, runs),
         "mutex_swrr" => run::<MutexSwrr>(chosen, cycles, runs),
         "firq_core" => run::<FirqCore>(chosen, cycles, runs),

@@ -24,7 +24,7 @@
 //! the pools keep the earliest blocked deadline, and the `next_grant` that passes it re-places
 //! every blocked tenant once, so expired heads come out as `Expired` and the rest block again.
 //!
-//! Everything is atomics and `ArrayQueue`s sized at build time: no lock, no allocation.
+//! Everything is atomics and `WordRing`s sized at build time: no lock, no allocation.
 //!
 //! # Load shedding
 //! With `Config::shedding`, each pool also judges its downstream's error rate
@@ -36,7 +36,7 @@
 
 use crate::core::{Admit, SlotId};
 use crate::shedding::{PoolShed, ShedStats, Shedding};
-use crate::sync::{fence, ArrayQueue, AtomicU64, CachePadded, Ordering};
+use crate::sync::{fence, AtomicU64, CachePadded, Ordering, WordRing};
 
 /// Most downstream classes.
 pub const MAX_DOWNSTREAMS: usize = 64;
@@ -51,7 +51,7 @@ struct Pool {
     /// polls an empty ring.
     waiting: AtomicU64,
     /// Tenants whose head waits for a permit of this pool; each holds its turn there.
-    blocked: ArrayQueue<u32>,
+    blocked: WordRing<u32>,
     /// Times a tenant blocked on this pool.
     blocks: AtomicU64,
 }
@@ -82,7 +82,7 @@ impl Bulkheads {
                         shed: PoolShed::new(u64::from(max)),
                         in_flight: AtomicU64::new(0),
                         waiting: AtomicU64::new(0),
-                        blocked: ArrayQueue::new(slots),
+                        blocked: WordRing::new(slots),
                         blocks: AtomicU64::new(0),
                     })
                 })

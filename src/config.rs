@@ -9,6 +9,7 @@ use crate::bulkhead::MAX_DOWNSTREAMS;
 use crate::identity::TenantDimension;
 use crate::policy::Policy;
 use crate::shedding::Shedding;
+use crate::types::ConfigError;
 
 pub use crate::limits::{MAX_COST, MAX_WEIGHT};
 /// Most weight classes (distinct weights in use) an engine can hold.
@@ -124,24 +125,6 @@ impl Default for Config {
         }
     }
 }
-
-/// A configuration value out of its range.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The field at fault, as named in `Config`; for the table cap, the fields that size the
-    /// largest table (`"max_tenants x tenant_queue_capacity"`, ...).
-    pub field: &'static str,
-    /// What is allowed and what was given.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid config `{}`: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 fn check_range<T: PartialOrd + fmt::Display + Copy>(
     field: &'static str,
@@ -271,7 +254,7 @@ impl Config {
             max_wait_ns: self.max_wait_ms.saturating_mul(crate::limits::MS),
             tenant_idle_ns: self.tenant_idle_ms.saturating_mul(crate::limits::MS),
             max_weight_classes: self.max_weight_classes,
-            pinned_weights: self.policy.tiers.iter().map(|t| t.weight).collect(),
+            permanent_weights: self.policy.tiers.iter().map(|t| t.weight).collect(),
             seats: self.seats,
             light_lane: self.light_lane,
         }

@@ -6,8 +6,8 @@ pub use crate::core::FleetTenant;
 pub use crate::limits::MIN_FLEET_FACTOR;
 
 use crate::bulkhead::Bulkheads;
-use crate::config::{Config, ConfigError};
-use crate::core::Core;
+use crate::config::Config;
+use crate::core::{Core, CoreAccess};
 use crate::features::Features;
 use crate::histogram::BUCKETS;
 use crate::identity::TenantKey;
@@ -15,7 +15,8 @@ use crate::indicators::{FairnessReport, Indicators, TenantIndicators};
 use crate::policy::{PolicyState, TickReport};
 use crate::sync::{AtomicBool, Ordering};
 use crate::types::{
-    Completion, Enqueued, Error, Load, NextGrant, Outcome, Reason, Refusal, Request, Stats, Ticket,
+    Completion, ConfigError, Enqueued, Error, Load, NextGrant, Outcome, Reason, Refusal, Request,
+    Stats, Ticket,
 };
 
 /// A lock-free multi-tenant weighted fair queue. `Send + Sync`: share it with `Arc`.
@@ -83,16 +84,6 @@ impl Engine {
         let Some(key) = request.tenant else {
             return Ok(self.core.refuse_on_arrival(Reason::NoTenant, 0));
         };
-        if let Some(pools) = &self.core.hooks().bulkheads {
-            let budget = match request.timeout_ns {
-                0 => self.config.max_wait_ms.saturating_mul(crate::limits::MS),
-                timeout => timeout.min(self.config.max_wait_ms.saturating_mul(crate::limits::MS)),
-            };
-            if pools.sheds(request.downstream, budget, now) {
-                let reason = Reason::DownstreamShedding;
-                return Ok(self.core.refuse_on_arrival(reason, 0));
-            }
-        }
         self.core.enqueue(key, request, now)
     }
 
@@ -355,29 +346,6 @@ impl Engine {
         self.indicators()
             .map(|i| i.report_at(&self.core, k, now))
             .unwrap_or_default()
-    }
-
-    /// Renders the metrics in the Prometheus text format (version 0.0.4), at the monotonic
-    /// clock's now.
-    pub fn prometheus_text(&self) -> String {
-        self.prometheus_text_at(crate::clock::now_ns())
-    }
-
-    /// `prometheus_text` with starvation windows measured at `now` (monotonic ns).
-    pub fn prometheus_text_at(&self, now: u64) -> String {
-        let mut out = String::with_capacity(4096);
-        self.write_prometheus_at(&mut out, now);
-        out
-    }
-
-    /// Appends the Prometheus text to `out`, at the monotonic clock's now.
-    pub fn write_prometheus(&self, out: &mut String) {
-        self.write_prometheus_at(out, crate::clock::now_ns());
-    }
-
-    /// Appends the Prometheus text to `out`, with starvation windows measured at `now`.
-    pub fn write_prometheus_at(&self, out: &mut String, now: u64) {
-        crate::metrics::write(self, out, now);
     }
 
     /// Tests and loom models: `(weight, ready tenants, SWRR current weight)` of every weight

@@ -119,6 +119,14 @@ impl Hooks for Features {
     }
 
     #[inline]
+    fn sheds(&self, downstream: u32, budget_ns: u64, now: u64) -> bool {
+        match &self.bulkheads {
+            Some(pools) => pools.sheds(downstream, budget_ns, now),
+            None => false,
+        }
+    }
+
+    #[inline]
     fn admit(&self, downstream: u32, now: u64) -> Admit {
         match &self.bulkheads {
             Some(pools) => pools.admit(downstream, now),

@@ -48,7 +48,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::core::{Core, GrantEvent, Hooks, SlotId, TenantView};
+use crate::core::{CoreAccess, GrantEvent, SlotId, TenantView};
 use crate::histogram::{quantile_ns, TenantWaits, BUCKETS};
 use crate::identity::TenantKey;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
@@ -444,9 +444,9 @@ pub struct FairnessReport {
 impl Indicators {
     /// One tenant's indicators at `now` (monotonic ns), if it holds a slot. Lock-free: pins the
     /// slot (so it cannot be reused meanwhile) and reads its atomics.
-    pub(crate) fn tenant_at<H: Hooks>(
+    pub(crate) fn tenant_at(
         &self,
-        core: &Core<H>,
+        core: &impl CoreAccess,
         key: TenantKey,
         now: u64,
     ) -> Option<TenantIndicators> {
@@ -456,7 +456,7 @@ impl Indicators {
     /// The top `k` tenants by requests and the aggregate over all tenants, at `now`. Scans the
     /// tenant table once (O(max_tenants), off the hot path, no lock): slots are read without
     /// pinning, so a slot reused during the scan may show a mixed snapshot for that one tenant.
-    pub(crate) fn report_at<H: Hooks>(&self, core: &Core<H>, k: usize, now: u64) -> FairnessReport {
+    pub(crate) fn report_at(&self, core: &impl CoreAccess, k: usize, now: u64) -> FairnessReport {
         let mut aggregate = FairnessAggregate::default();
         // A min-heap of the K largest (requests, slot index): O(n log K), K entries of memory.
         let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(k + 1);

@@ -22,6 +22,38 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+/// Fault injection for the broken twins (`src/broken.rs`), which exist only in builds with
+/// `--cfg fairq_broken`: `broken!(Variant, { .. })` runs the block in place when that variant is
+/// switched on, and `broken!(Variant, guard, { .. })` when the guard holds as well. In every
+/// other build it is nothing, so the code around it reads as it runs.
+macro_rules! broken {
+    ($variant:ident, $body:block) => {
+        #[cfg(fairq_broken)]
+        if crate::broken::on(crate::broken::Break::$variant) $body
+    };
+    ($variant:ident, $guard:expr, $body:block) => {
+        #[cfg(fairq_broken)]
+        if $guard && crate::broken::on(crate::broken::Break::$variant) $body
+    };
+}
+
+/// `broken_or!(Variant, broken, correct)`: the value `broken` when that broken twin is switched
+/// on (`broken!`), else `correct`; in other builds, `correct` alone.
+macro_rules! broken_or {
+    ($variant:ident, $broken:expr, $correct:expr) => {{
+        #[cfg(fairq_broken)]
+        let value = if crate::broken::on(crate::broken::Break::$variant) {
+            $broken
+        } else {
+            $correct
+        };
+        #[cfg(not(fairq_broken))]
+        let value = $correct;
+        value
+    }};
+}
+
+mod bare;
 #[cfg(fairq_broken)]
 #[doc(hidden)]
 pub mod broken;
@@ -52,9 +84,11 @@ mod types;
 mod weights;
 mod word_ring;
 
+#[doc(hidden)]
+pub use bare::BareCore;
 pub use bulkhead::MAX_DOWNSTREAMS;
 pub use clock::now_ns;
-pub use config::{Config, ConfigError, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
+pub use config::{Config, MAX_COST, MAX_WEIGHT, MAX_WEIGHT_CLASSES};
 pub use core::FleetTenant;
 #[cfg(loom)]
 #[doc(hidden)]
@@ -85,6 +119,6 @@ pub use policy::{
 };
 pub use shedding::Shedding;
 pub use types::{
-    Completion, Enqueued, Error, Expired, Grant, Load, NextGrant, Outcome, Reason, Refusal,
-    Request, Stats, Ticket,
+    Completion, ConfigError, Enqueued, Error, Expired, Grant, Load, NextGrant, Outcome, Reason,
+    Refusal, Request, Stats, Ticket,
 };

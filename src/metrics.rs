@@ -39,6 +39,32 @@ const P: &str = "rate_limit_fair_queue";
 /// A family rendered from a list of items: name, type, help, and the value of one item.
 type Family<T, V> = (&'static str, &'static str, &'static str, fn(&T) -> V);
 
+/// The metrics, rendered by the engine (`Engine::prometheus_text`).
+impl Engine {
+    /// Renders the metrics in the Prometheus text format (version 0.0.4), at the monotonic
+    /// clock's now.
+    pub fn prometheus_text(&self) -> String {
+        self.prometheus_text_at(crate::clock::now_ns())
+    }
+
+    /// `prometheus_text` with starvation windows measured at `now` (monotonic ns).
+    pub fn prometheus_text_at(&self, now: u64) -> String {
+        let mut out = String::with_capacity(4096);
+        self.write_prometheus_at(&mut out, now);
+        out
+    }
+
+    /// Appends the Prometheus text to `out`, at the monotonic clock's now.
+    pub fn write_prometheus(&self, out: &mut String) {
+        self.write_prometheus_at(out, crate::clock::now_ns());
+    }
+
+    /// Appends the Prometheus text to `out`, with starvation windows measured at `now`.
+    pub fn write_prometheus_at(&self, out: &mut String, now: u64) {
+        write(self, out, now);
+    }
+}
+
 /// Appends the engine's Prometheus text to `out`, with starvation windows measured at `now`.
 pub(crate) fn write(engine: &Engine, out: &mut String, now: u64) {
     Render { engine }.write(out, now);

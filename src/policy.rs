@@ -46,11 +46,11 @@
 
 use std::fmt;
 
-use crate::config::ConfigError;
-use crate::core::{ClassId, ClassView, Core, Hooks, SlotId};
+use crate::core::{ClassId, ClassView, CoreAccess, SlotId};
 use crate::indicators::{Indicators, TenantFairness};
 use crate::limits::{MAX_WEIGHT, MS};
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Mutex, Ordering};
+use crate::types::ConfigError;
 
 /// Most tiers.
 pub const MAX_TIERS: usize = 16;
@@ -511,9 +511,9 @@ impl PolicyState {
     /// per feedback period, nudges weights. Does nothing when the boost and the controller are
     /// off. O(max_tenants) when they are on; never on the hot path; a tick that finds another
     /// tick running returns at once.
-    pub(crate) fn tick<H: Hooks>(
+    pub(crate) fn tick(
         &self,
-        core: &Core<H>,
+        core: &impl CoreAccess,
         indicators: Option<&Indicators>,
         now: u64,
     ) -> TickReport {
@@ -548,9 +548,9 @@ impl PolicyState {
         report
     }
 
-    fn start_boosts<H: Hooks>(
+    fn start_boosts(
         &self,
-        core: &Core<H>,
+        core: &impl CoreAccess,
         indicators: &Indicators,
         boost: &BoostState,
         now: u64,
@@ -602,8 +602,8 @@ impl PolicyState {
 
 /// One controller period: compares each tenant's period grants with its expected share.
 /// `report` is `None` on the first tick, which only takes the baseline.
-fn feedback_round<H: Hooks>(
-    core: &Core<H>,
+fn feedback_round(
+    core: &impl CoreAccess,
     indicators: &Indicators,
     feedback: &FeedbackController,
     state: &mut TickState,

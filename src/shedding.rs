@@ -29,9 +29,9 @@
 
 use std::fmt;
 
-use crate::config::ConfigError;
 use crate::limits::MS;
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
+use crate::types::ConfigError;
 /// `last_ratio_ppm` and `last_admitted` before any window was judged.
 const NONE: u64 = u64::MAX;
 

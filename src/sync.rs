@@ -2,9 +2,9 @@
 //!
 //! Every other module imports its concurrency primitives from here. Under `cfg(loom)` the shim
 //! swaps in loom's atomics and loom-visible stand-ins with the same API: a loom
-//! `Mutex<VecDeque>` behind `ArrayQueue`'s interface and an `RwLock<Arc<T>>` behind `ArcSwap`.
+//! `Mutex<VecDeque>` behind `WordRing`'s interface and an `RwLock<Arc<T>>` behind `ArcSwap`.
 //! Loom cannot see inside arc-swap, so without the stand-in it would check nothing there. The
-//! ring behind `ArrayQueue` is fairq's own (`word_ring`), proved by its own loom models; the
+//! ring behind `WordRing` is fairq's own (`word_ring`), proved by its own loom models; the
 //! engine-level models use the stand-in, which keeps their state space small.
 //!
 //! `cfg(fairq_plain_rmw)` is a measurement build, never a product: every read-modify-write
@@ -21,7 +21,7 @@ mod imp {
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64};
     pub(crate) use std::sync::Mutex;
 
-    pub(crate) use crate::word_ring::ArrayQueue;
+    pub(crate) use crate::word_ring::WordRing;
     pub(crate) use crossbeam_utils::CachePadded;
 
     /// Spin-then-yield backoff for waits on a short critical section of another thread (a few
@@ -111,17 +111,17 @@ mod imp {
     use std::collections::VecDeque;
     use std::sync::Arc;
 
-    /// Loom-visible stand-in for the ring (`word_ring::ArrayQueue`): same API, a loom mutex
+    /// Loom-visible stand-in for the ring (`word_ring::WordRing`): same API, a loom mutex
     /// inside (the ring's own models check the ring).
-    pub(crate) struct ArrayQueue<T> {
+    pub(crate) struct WordRing<T> {
         inner: loom::sync::Mutex<VecDeque<T>>,
         cap: usize,
     }
 
-    impl<T> ArrayQueue<T> {
+    impl<T> WordRing<T> {
         pub(crate) fn new(cap: usize) -> Self {
             assert!(cap > 0, "capacity must be non-zero");
-            ArrayQueue {
+            WordRing {
                 inner: loom::sync::Mutex::new(VecDeque::with_capacity(cap)),
                 cap,
             }

@@ -328,3 +328,21 @@ pub struct Load {
     /// Tenants holding a slot now.
     pub tenants: u64,
 }
+
+/// A configuration value out of its range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field at fault, as named in `Config`; for the table cap, the fields that size the
+    /// largest table (`"max_tenants x tenant_queue_capacity"`, ...).
+    pub field: &'static str,
+    /// What is allowed and what was given.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config `{}`: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

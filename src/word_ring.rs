@@ -12,9 +12,9 @@
 //! It exists, instead of crossbeam's, for its waits. crossbeam's pop waits for a producer that
 //! claimed the oldest entry and has not written it yet, with a backoff that also counts lost
 //! CASes, so under two threads' contention on one tenant it reached its yield (a system call)
-//! several times a second. Here the grant path takes with [`ArrayQueue::try_pop`], which never
+//! several times a second. Here the grant path takes with [`WordRing::try_pop`], which never
 //! waits on another thread: such an entry reads as empty, and the caller's short spin comes back
-//! for it. [`ArrayQueue::pop`] (for a caller that must not miss a value: the bulkhead's wake-ups)
+//! for it. [`WordRing::pop`] (for a caller that must not miss a value: the bulkhead's wake-ups)
 //! and a push that finds a consumer that has not released its entry wait for the other thread's
 //! two stores with [`Backoff`], which spins for tens of microseconds before it yields. A lost CAS
 //! is not a wait on anyone: it spins briefly ([`contended`]) and retries.
@@ -52,7 +52,7 @@ impl Word for u64 {
 }
 
 /// The ring; the API of crossbeam's `ArrayQueue` that fairq uses.
-pub(crate) struct ArrayQueue<T> {
+pub(crate) struct WordRing<T> {
     /// The next position to pop.
     head: CachePadded<AtomicU64>,
     /// The next position to push.
@@ -63,11 +63,11 @@ pub(crate) struct ArrayQueue<T> {
     _values: std::marker::PhantomData<T>,
 }
 
-impl<T: Word> ArrayQueue<T> {
+impl<T: Word> WordRing<T> {
     /// A ring of `cap` entries (at least 1).
     pub(crate) fn new(cap: usize) -> Self {
         assert!(cap > 0, "capacity must be non-zero");
-        ArrayQueue {
+        WordRing {
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             one_lap: (cap as u64 + 1).next_power_of_two(),
@@ -111,13 +111,12 @@ impl<T: Word> ArrayQueue<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        #[cfg(fairq_broken)]
-                        if crate::broken::on(crate::broken::Break::RingPublish) {
+                        broken!(RingPublish, {
                             // Broken on purpose: a consumer may read the entry before the value.
                             entry.stamp.store(tail + 1, Ordering::Release);
                             entry.value.store(value.to_word(), Ordering::Relaxed);
                             return Ok(());
-                        }
+                        });
                         entry.value.store(value.to_word(), Ordering::Relaxed);
                         // Release: the value is written before a consumer sees the entry full.
                         entry.stamp.store(tail + 1, Ordering::Release);
@@ -244,8 +243,8 @@ mod loom_models {
 
     /// Runs `f` on `ring` in a spawned thread.
     fn spawn_on<T, R>(
-        ring: &Arc<ArrayQueue<T>>,
-        f: impl FnOnce(&ArrayQueue<T>) -> R + Send + 'static,
+        ring: &Arc<WordRing<T>>,
+        f: impl FnOnce(&WordRing<T>) -> R + Send + 'static,
     ) -> thread::JoinHandle<R>
     where
         T: Word + Send + Sync + 'static,
@@ -259,7 +258,7 @@ mod loom_models {
     #[test]
     fn pushes_and_pops_race_and_nothing_is_lost_or_doubled() {
         loom::model(|| {
-            let ring = Arc::new(ArrayQueue::<u32>::new(2));
+            let ring = Arc::new(WordRing::<u32>::new(2));
             let producers: Vec<_> = [1u32, 2]
                 .into_iter()
                 .map(|v| spawn_on(&ring, move |ring| ring.push(v).is_ok()))
@@ -284,7 +283,7 @@ mod loom_models {
     #[test]
     fn a_pop_reads_what_the_push_wrote() {
         loom::model(|| {
-            let ring = Arc::new(ArrayQueue::<u64>::new(2));
+            let ring = Arc::new(WordRing::<u64>::new(2));
             let producer = spawn_on(&ring, |ring| ring.push(5).unwrap());
             let consumer = spawn_on(&ring, |ring| ring.pop());
             producer.join().unwrap();
@@ -298,7 +297,7 @@ mod loom_models {
     #[test]
     fn a_try_pop_takes_the_value_or_leaves_it() {
         loom::model(|| {
-            let ring = Arc::new(ArrayQueue::<u64>::new(2));
+            let ring = Arc::new(WordRing::<u64>::new(2));
             let producer = spawn_on(&ring, |ring| ring.push(9).unwrap());
             let trier = spawn_on(&ring, |ring| ring.try_pop());
             producer.join().unwrap();
@@ -329,7 +328,7 @@ mod loom_models {
     #[test]
     fn a_full_ring_refuses_until_a_pop_makes_room() {
         loom::model(|| {
-            let ring = Arc::new(ArrayQueue::<u64>::new(2));
+            let ring = Arc::new(WordRing::<u64>::new(2));
             ring.push(7).unwrap();
             ring.push(6).unwrap();
             let popper = spawn_on(&ring, |ring| ring.pop());
@@ -354,14 +353,14 @@ mod tests {
 
     #[test]
     fn fifo_full_and_empty_over_many_laps() {
-        let one = ArrayQueue::<u32>::new(1);
+        let one = WordRing::<u32>::new(1);
         for v in 0..5 {
             one.push(v).unwrap();
             assert_eq!(one.push(9), Err(9), "full after 1");
             assert_eq!(one.pop(), Some(v));
             assert_eq!(one.try_pop(), None);
         }
-        let ring = ArrayQueue::<u32>::new(3);
+        let ring = WordRing::<u32>::new(3);
         assert!(ring.is_empty());
         assert_eq!(ring.pop(), None);
         for lap in 0..10u32 {
@@ -378,7 +377,7 @@ mod tests {
 
     #[test]
     fn try_pop_is_pop_without_a_writer_in_flight() {
-        let ring = ArrayQueue::<u32>::new(2);
+        let ring = WordRing::<u32>::new(2);
         assert_eq!(ring.try_pop(), None);
         ring.push(4).unwrap();
         ring.push(5).unwrap();
@@ -389,7 +388,7 @@ mod tests {
 
     #[test]
     fn four_threads_move_every_value_exactly_once() {
-        let ring = ArrayQueue::<u64>::new(8);
+        let ring = WordRing::<u64>::new(8);
         let per = if cfg!(miri) { 300 } else { 20_000u64 };
         let popped: Vec<u64> = std::thread::scope(|s| {
             for t in 0..2u64 {

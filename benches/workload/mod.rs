@@ -7,7 +7,8 @@
 //! count never drops more than `threads` below its start).
 //!
 //! Four contenders implement [`Contender`]:
-//! - `fairq`: the real engine through its Rust API.
+//! - `fairq`: the real engine through its Rust API (and `fairq_lean`, its features off; and
+//!   `fairq_core`, the core with no feature plugged in, for instruction counts only).
 //! - `floor`: the work no cycle can avoid: one `ArrayQueue` push and pop, a CAS-acquired
 //!   in-flight permit and its release.
 //! - `mutex_swrr`: `parking_lot::Mutex<(HashMap<u64, VecDeque<u64>>, Vec<SWRR state>)>` with
@@ -107,6 +108,40 @@ pub struct Fairq {
 /// features is the difference between the two rows.
 pub struct FairqLean(Fairq);
 
+/// The scheduler core with no feature plugged in (`fairq::BareCore`): against `fairq_lean`, the
+/// price of the seam's checks for features that are off. Not in [`IMPLS`]: only the instruction
+/// counts (`benches/instructions.sh`) report it.
+pub struct FairqCore {
+    core: fairq::BareCore,
+}
+
+impl Contender for FairqCore {
+    fn new(tenants: &[(u64, u32)], threads: usize) -> Self {
+        let core = fairq::BareCore::new(bench_config(tenants, threads, false)).expect("config");
+        fill(
+            tenants,
+            threads,
+            |key, weight| core.set_weight_key(key, weight),
+            |r, now| core.enqueue_at(r, now),
+        );
+        FairqCore { core }
+    }
+
+    #[inline]
+    fn cycle(&self, tenant: u64, now: u64) -> u64 {
+        grant_cycle(
+            tenant,
+            now,
+            |r, now| self.core.enqueue_at(r, now),
+            |now| self.core.next_grant_at(now),
+            |ticket, now| {
+                self.core
+                    .complete_at(ticket, fairq::Outcome::Admitted, None, now)
+            },
+        )
+    }
+}
+
 impl Contender for FairqLean {
     fn new(tenants: &[(u64, u32)], threads: usize) -> Self {
         FairqLean(Fairq::build(tenants, threads, false))
@@ -131,57 +166,94 @@ impl Contender for Fairq {
 
 impl Fairq {
     fn build(tenants: &[(u64, u32)], threads: usize, indicators: bool) -> Self {
-        use fairq::{Config, Dimension, Enqueued, Request, TenantKey};
-        let backlog = backlog(threads);
-        let engine = fairq::Engine::new(Config {
-            indicators,
-            enabled: true,
-            // Twice the tenants: the open-addressed table keeps its probes short.
-            max_tenants: (tenants.len() * 2) as u32,
-            tenant_queue_capacity: (backlog + threads + 1) as u32,
-            queue_capacity: (tenants.len() * (backlog + threads + 1)) as u32,
-            max_in_flight: threads as u32,
-            max_weight_classes: WEIGHTS.len() as u32,
-            // Nothing may expire however long criterion keeps one engine busy.
-            max_wait_ms: 24 * 3_600_000,
-            ..Config::default()
-        })
-        .expect("bench config is valid");
-        for &(key, weight) in tenants {
-            engine
-                .set_weight_key(TenantKey::from_hash(key), weight)
-                .expect("weight");
-        }
-        let now = fairq::now_ns();
-        for _ in 0..backlog {
-            for &(key, _) in tenants {
-                let request = Request::new(TenantKey::from_hash(key), Dimension::User);
-                let queued = engine.enqueue_at(&request, now).expect("enqueue");
-                assert!(matches!(queued, Enqueued::Queued { .. }), "{queued:?}");
-            }
-        }
+        let engine =
+            fairq::Engine::new(bench_config(tenants, threads, indicators)).expect("config");
+        fill(
+            tenants,
+            threads,
+            |key, weight| engine.set_weight_key(key, weight),
+            |r, now| engine.enqueue_at(r, now),
+        );
         Fairq { engine }
     }
 
     #[inline]
     fn cycle_inner(&self, tenant: u64, now: u64) -> u64 {
-        use fairq::{NextGrant, Outcome, Request, TenantKey};
-        let request = Request::new(TenantKey::from_hash(tenant), fairq::Dimension::User);
-        let queued = self.engine.enqueue_at(&request, now);
-        debug_assert!(matches!(queued, Ok(fairq::Enqueued::Queued { .. })));
-        loop {
-            match self.engine.next_grant_at(now) {
-                NextGrant::Granted(grant) => {
-                    let done = self
-                        .engine
-                        .complete_at(grant.ticket, Outcome::Admitted, None, now);
-                    debug_assert!(done.is_ok());
-                    return grant.tenant.get();
-                }
-                // Another thread holds the tenant turn we need for a moment: try again.
-                NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
-                NextGrant::Expired(e) => panic!("nothing expires in the bench: {e:?}"),
+        grant_cycle(
+            tenant,
+            now,
+            |r, now| self.engine.enqueue_at(r, now),
+            |now| self.engine.next_grant_at(now),
+            |ticket, now| {
+                self.engine
+                    .complete_at(ticket, fairq::Outcome::Admitted, None, now)
+            },
+        )
+    }
+}
+
+/// The engine's config for `tenants` and `threads`: sized so the backlog fits.
+fn bench_config(tenants: &[(u64, u32)], threads: usize, indicators: bool) -> fairq::Config {
+    let backlog = backlog(threads);
+    fairq::Config {
+        indicators,
+        enabled: true,
+        // Twice the tenants: the open-addressed table keeps its probes short.
+        max_tenants: (tenants.len() * 2) as u32,
+        tenant_queue_capacity: (backlog + threads + 1) as u32,
+        queue_capacity: (tenants.len() * (backlog + threads + 1)) as u32,
+        max_in_flight: threads as u32,
+        max_weight_classes: WEIGHTS.len() as u32,
+        // Nothing may expire however long criterion keeps one engine busy.
+        max_wait_ms: 24 * 3_600_000,
+        ..fairq::Config::default()
+    }
+}
+
+/// Sets the weights and queues `backlog(threads)` requests for every tenant.
+fn fill(
+    tenants: &[(u64, u32)],
+    threads: usize,
+    set_weight: impl Fn(fairq::TenantKey, u32) -> Result<(), fairq::Error>,
+    enqueue: impl Fn(&fairq::Request, u64) -> Result<fairq::Enqueued, fairq::Error>,
+) {
+    use fairq::{Dimension, Enqueued, Request, TenantKey};
+    for &(key, weight) in tenants {
+        set_weight(TenantKey::from_hash(key), weight).expect("weight");
+    }
+    let now = fairq::now_ns();
+    for _ in 0..backlog(threads) {
+        for &(key, _) in tenants {
+            let request = Request::new(TenantKey::from_hash(key), Dimension::User);
+            let queued = enqueue(&request, now).expect("enqueue");
+            assert!(matches!(queued, Enqueued::Queued { .. }), "{queued:?}");
+        }
+    }
+}
+
+/// One cycle through the given enqueue, grant and complete.
+#[inline(always)]
+fn grant_cycle(
+    tenant: u64,
+    now: u64,
+    enqueue: impl Fn(&fairq::Request, u64) -> Result<fairq::Enqueued, fairq::Error>,
+    next_grant: impl Fn(u64) -> fairq::NextGrant,
+    complete: impl Fn(fairq::Ticket, u64) -> Result<fairq::Completion, fairq::Error>,
+) -> u64 {
+    use fairq::{NextGrant, Request, TenantKey};
+    let request = Request::new(TenantKey::from_hash(tenant), fairq::Dimension::User);
+    let queued = enqueue(&request, now);
+    debug_assert!(matches!(queued, Ok(fairq::Enqueued::Queued { .. })));
+    loop {
+        match next_grant(now) {
+            NextGrant::Granted(grant) => {
+                let done = complete(grant.ticket, now);
+                debug_assert!(done.is_ok());
+                return grant.tenant.get();
             }
+            // Another thread holds the tenant turn we need for a moment: try again.
+            NextGrant::Empty | NextGrant::AtCapacity => std::hint::spin_loop(),
+            NextGrant::Expired(e) => panic!("nothing expires in the bench: {e:?}"),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! Each of the first 15 arrivals finds a free permit and is granted at once, in arrival order,
 //! before the other tenants are ready. Those grants are charged when a permit next frees after
 //! requests first waited, as if every tenant present then had been ready for all of them
-//! (`src/core/classes.rs`, "The first window"); the light-tenant lane's entries just after that
+//! (`src/core/classes/start.rs`); the light-tenant lane's entries just after that
 //! pay their step too. Without it, with 1 s service weight 1 got +6.7% and weight 8 -1.25%.
 
 use std::cmp::Reverse;

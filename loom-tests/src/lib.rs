@@ -6,7 +6,7 @@
 //! explored and how long it took.
 //!
 //! The models build their `Engine` *inside* the model closure, so every atomic, the loom
-//! stand-in for `ArrayQueue` and the stand-in for `ArcSwap` (see `src/sync.rs` in `fairq`) are
+//! stand-in for `WordRing` and the stand-in for `ArcSwap` (see `src/sync.rs` in `fairq`) are
 //! fresh loom objects in every execution.
 
 use fairq::{Config, Dimension, Engine, Enqueued, Request, TenantKey, Ticket};

@@ -180,7 +180,7 @@ fn broken_epoch_is_caught() {
 }
 
 /// A batch dropped only because a class left the ready set and came back, with every gain as
-/// the batch recorded it, is resumed rather than recomputed (`classes.rs`, "Batched picks").
+/// the batch recorded it, is resumed rather than recomputed (`classes/swrr.rs`).
 /// Tenant B (weight 2) is granted from a batch, goes idle when its grant ends, and is queued
 /// again; then two granters race, one resuming the batch while the other claims or steps
 /// singly. Every ticket is granted exactly once, and the classes' credits still sum to 0.

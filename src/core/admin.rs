@@ -61,11 +61,11 @@ impl<H: Hooks> Core<H> {
         Ok(())
     }
 
-    /// Whether `table`'s distinct weights, with the pinned ones (tiers), fit `max_weight_classes`.
+    /// Whether `table`'s distinct weights, with the permanent ones (tiers), fit `max_weight_classes`.
     fn within_class_limit(&self, table: &WeightTable) -> bool {
         let mut distinct: Vec<u32> = table
             .weights()
-            .chain(self.limits.pinned_weights.iter().copied())
+            .chain(self.limits.permanent_weights.iter().copied())
             .collect();
         distinct.sort_unstable();
         distinct.dedup();
@@ -147,67 +147,6 @@ impl<H: Hooks> Core<H> {
         }
         self.tenants.release_live(t, 1, 0);
         Ok(true)
-    }
-
-    /// Moves a live tenant to the class of `weight` (the feedback controller's nudge), creating
-    /// the class if there is room. Returns whether it moved. Off the hot path.
-    pub(crate) fn move_to_class(&self, key: TenantKey, weight: u32) -> bool {
-        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(class) = self.class_for(weight, None) else {
-            return false; // no weight class left for it
-        };
-        let Some(t) = self.tenants.pin_existing(key.get()) else {
-            return false;
-        };
-        // Relaxed: the tenant's turn holder picks the new class up at its next placement, like
-        // a `set_weight`.
-        self.tenants.slot(t).class.store(class, Ordering::Relaxed);
-        self.tenants.release_live(t, 1, 0);
-        true
-    }
-
-    /// Adds `delta` to a class's extra SWRR weight (the wait boost).
-    pub(crate) fn add_class_extra(&self, class: ClassId, delta: i64) {
-        self.classes.add_extra(class, delta);
-    }
-
-    /// What a feature reads of the tenant in slot `t` now, if the slot holds one. Not pinned: a
-    /// slot reused meanwhile may show a mixed snapshot for that one tenant.
-    pub(crate) fn tenant_view(&self, t: SlotId) -> Option<TenantView> {
-        let slot = self.tenants.get(t)?;
-        // Relaxed: a snapshot of statistics.
-        let key = slot.key.load(Ordering::Relaxed);
-        if key == 0 {
-            return None;
-        }
-        let class = slot.class.load(Ordering::Relaxed);
-        Some(TenantView {
-            slot: t,
-            key: TenantKey::from_hash(key),
-            weight: slot.weight.load(Ordering::Relaxed),
-            class_weight: self.classes.weight(class),
-            class,
-            effective_weight: slot.effective_weight(),
-            granted: slot.granted(),
-            granted_cost: slot.granted_cost(),
-        })
-    }
-
-    /// Runs `f` on the view of `key`'s slot, pinned so it cannot be reused meanwhile.
-    pub(crate) fn with_tenant<R>(
-        &self,
-        key: TenantKey,
-        f: impl FnOnce(TenantView) -> R,
-    ) -> Option<R> {
-        let t = self.tenants.pin_existing(key.get())?;
-        let out = self.tenant_view(t).map(f);
-        self.tenants.release_live(t, 1, 0);
-        out
-    }
-
-    /// Tenant slots (indices `0..slot_count()`).
-    pub(crate) fn slot_count(&self) -> usize {
-        self.tenants.len()
     }
 
     /// Every tenant holding a slot (off the hot path: it scans the table).
@@ -300,5 +239,57 @@ impl<H: Hooks> Core<H> {
     /// Debug builds: tenant slots touched so far (the scale test's probe).
     pub(crate) fn debug_slot_touches(&self) -> u64 {
         self.tenants.touches()
+    }
+}
+
+impl<H: Hooks> CoreAccess for Core<H> {
+    fn slot_count(&self) -> usize {
+        self.tenants.len()
+    }
+
+    fn tenant_view(&self, t: SlotId) -> Option<TenantView> {
+        let slot = self.tenants.get(t)?;
+        // Relaxed: a snapshot of statistics.
+        let key = slot.key.load(Ordering::Relaxed);
+        if key == 0 {
+            return None;
+        }
+        let class = slot.class.load(Ordering::Relaxed);
+        Some(TenantView {
+            slot: t,
+            key: TenantKey::from_hash(key),
+            weight: slot.weight.load(Ordering::Relaxed),
+            class_weight: self.classes.weight(class),
+            class,
+            effective_weight: slot.effective_weight(),
+            granted: slot.granted(),
+            granted_cost: slot.granted_cost(),
+        })
+    }
+
+    fn with_tenant<R>(&self, key: TenantKey, f: impl FnOnce(TenantView) -> R) -> Option<R> {
+        let t = self.tenants.pin_existing(key.get())?;
+        let out = self.tenant_view(t).map(f);
+        self.tenants.release_live(t, 1, 0);
+        out
+    }
+
+    fn add_class_extra(&self, class: ClassId, delta: i64) {
+        self.classes.add_extra(class, delta);
+    }
+
+    fn move_to_class(&self, key: TenantKey, weight: u32) -> bool {
+        let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(class) = self.class_for(weight, None) else {
+            return false; // no weight class left for it
+        };
+        let Some(t) = self.tenants.pin_existing(key.get()) else {
+            return false;
+        };
+        // Relaxed: the tenant's turn holder picks the new class up at its next placement, like
+        // a `set_weight`.
+        self.tenants.slot(t).class.store(class, Ordering::Relaxed);
+        self.tenants.release_live(t, 1, 0);
+        true
     }
 }

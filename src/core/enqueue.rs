@@ -64,6 +64,9 @@ impl<H: Hooks> Core<H> {
             0 => self.limits.max_wait_ns,
             timeout => timeout.min(self.limits.max_wait_ns),
         };
+        if self.hooks.sheds(request.downstream, budget, now) {
+            return Ok(self.refuse_on_arrival(Reason::DownstreamShedding, 0));
+        }
         // Two pins and a place in the tenant's queue in one RMW: one pin becomes the ticket's
         // `live` count, the other is `push_queued`'s extra pin (see there). All are released on
         // a refusal.
@@ -92,7 +95,7 @@ impl<H: Hooks> Core<H> {
             Err(ahead) => return refuse(Reason::TenantQueueFull, ahead.saturating_add(1)),
         };
         if !self.permits.reserve_queued() {
-            self.tenants.release_place(t);
+            self.tenants.release_spot(t);
             return refuse(Reason::QueueFull, position);
         }
         if request.retry_after_ns > budget {
@@ -182,10 +185,10 @@ impl<H: Hooks> Core<H> {
         };
         let ahead = self
             .tenants
-            .take_place(t, self.limits.tenant_queue_capacity)
+            .take_spot(t, self.limits.tenant_queue_capacity)
             .map_err(|ahead| refusal(Reason::TenantQueueFull, ahead))?;
         if !self.permits.reserve_queued() {
-            self.tenants.release_place(t);
+            self.tenants.release_spot(t);
             return Err(refusal(Reason::QueueFull, ahead));
         }
         Ok(ahead + 1)
@@ -193,7 +196,7 @@ impl<H: Hooks> Core<H> {
 
     /// Gives back both places of a request that no longer waits (refused, cancelled, expired).
     pub(super) fn unreserve(&self, t: SlotId) {
-        self.tenants.release_place(t);
+        self.tenants.release_spot(t);
         self.permits.unreserve_queued();
     }
 
@@ -245,10 +248,9 @@ impl<H: Hooks> Core<H> {
                 self.tenants.release_live(t, 1, now);
             }
             self.tenants.release_live(t, 1, now); // the extra pin
-            #[cfg(fairq_broken)]
-            if crate::broken::on(crate::broken::Break::Requeue) {
+            broken!(Requeue, {
                 return Pushed::Refused; // Broken on purpose: refused even if a cancel ended it.
-            }
+            });
             return if ours {
                 Pushed::Refused
             } else {

@@ -23,8 +23,8 @@ const OWNED_WAIT_HINTS: u32 = 256;
 #[cfg(loom)]
 const OWNED_WAIT_HINTS: u32 = 1;
 
-/// What `take_tenant` got from a class.
-enum Taken {
+/// What `take_tenant` found in a class.
+enum Found {
     /// A tenant to serve, and whether it starts a new visit.
     Tenant(SlotId, bool),
     /// Another granter holds the class's tenants, longer than a spin.
@@ -85,7 +85,7 @@ impl<H: Hooks> Core<H> {
             let total = self.classes.view().total();
             let taken = match self.classes.take(class as usize) {
                 Take::Tenant(t, new_visit) => Some((t, new_visit)),
-                Take::Owned(visitor) => self.classes.steal(class as usize, visitor),
+                Take::Owned(visitor) => self.classes.take_visitor(class as usize, visitor),
                 Take::Empty => None,
             };
             if let Some((t, new_visit)) = taken {
@@ -96,7 +96,7 @@ impl<H: Hooks> Core<H> {
                     }
                     Served::Expired(expired) => return Some(NextGrant::Expired(expired)),
                     Served::AtCapacity => return Some(NextGrant::AtCapacity),
-                    Served::Held => return None,
+                    Served::WaitsWide => return None,
                     Served::Nothing | Served::Spent => {}
                 }
             }
@@ -146,7 +146,7 @@ impl<H: Hooks> Core<H> {
             let mut spent = 0;
             let served = loop {
                 let (t, new_visit) = match self.take_tenant(class, leave_to_owner) {
-                    Taken::Tenant(t, new_visit)
+                    Found::Tenant(t, new_visit)
                         if rotation_first && !self.due(t, now_v, ready_now) =>
                     {
                         // Ahead of its share: the lane goes before it, and it keeps its place.
@@ -157,9 +157,9 @@ impl<H: Hooks> Core<H> {
                         exclude |= 1 << class;
                         continue 'pick;
                     }
-                    Taken::Tenant(t, new_visit) => (t, new_visit),
-                    Taken::Held => break None,
-                    Taken::Busy(t) => {
+                    Found::Tenant(t, new_visit) => (t, new_visit),
+                    Found::Held => break None,
+                    Found::Busy(t) => {
                         // Its last granter is serving it again and again: leave it to that
                         // caller rather than serve another class out of turn.
                         self.classes.refund(class, total, &weights);
@@ -198,7 +198,7 @@ impl<H: Hooks> Core<H> {
                     self.classes.refund(class, total, &weights);
                     return Some(NextGrant::AtCapacity);
                 }
-                Some(Served::Held) => {
+                Some(Served::WaitsWide) => {
                     self.classes.refund(class, total, &weights);
                     return None;
                 }
@@ -219,7 +219,7 @@ impl<H: Hooks> Core<H> {
                 Served::Grant(grant, _) => return Some(Some(NextGrant::Granted(grant))),
                 Served::Expired(expired) => return Some(Some(NextGrant::Expired(expired))),
                 Served::AtCapacity => return Some(Some(NextGrant::AtCapacity)),
-                Served::Held => return Some(None),
+                Served::WaitsWide => return Some(None),
                 // Swept, parked, blocked or spent: the tenant left the lane; try the next one.
                 Served::Nothing | Served::Spent => {}
             }
@@ -241,40 +241,40 @@ impl<H: Hooks> Core<H> {
     /// never sleep) rather than serve another class out of turn, which would skew shares when
     /// tenants are few. Gives up after `HOLD_SPIN_ROUNDS`, so a preempted holder blocks nobody.
     /// A visitor another caller put back is, with `leave_to_owner`, left to it while that caller
-    /// keeps taking it again (`Taken::Busy`), and taken once it has stayed put for
+    /// keeps taking it again (`Found::Busy`), and taken once it has stayed put for
     /// `OWNED_WAIT_HINTS`; without, it is taken at once.
-    fn take_tenant(&self, class: usize, leave_to_owner: bool) -> Taken {
+    fn take_tenant(&self, class: usize, leave_to_owner: bool) -> Found {
         for round in 0..=HOLD_SPIN_ROUNDS {
             match self.classes.take(class) {
-                Take::Tenant(t, new_visit) => return Taken::Tenant(t, new_visit),
+                Take::Tenant(t, new_visit) => return Found::Tenant(t, new_visit),
                 Take::Owned(visitor) => {
                     if leave_to_owner {
                         return self.wait_for_visitor(class, visitor);
                     }
-                    if let Some((t, new_visit)) = self.classes.steal(class, visitor) {
-                        return Taken::Tenant(t, new_visit);
+                    if let Some((t, new_visit)) = self.classes.take_visitor(class, visitor) {
+                        return Found::Tenant(t, new_visit);
                     }
                     continue; // taken or replaced meanwhile: look again
                 }
                 Take::Empty => {}
             }
             if round == HOLD_SPIN_ROUNDS || self.classes.ready(class) <= 0 {
-                return Taken::Held;
+                return Found::Held;
             }
             crate::sync::spin(1 << round);
         }
-        Taken::Held
+        Found::Held
     }
 
     /// `visitor`, the tenant of a class holding most of the pick's weight, was left there by a
     /// caller on another thread: waits `OWNED_WAIT_HINTS`, then takes it if it is still there,
     /// unchanged (that caller went away), or answers `Busy` (that caller came back for it and is
     /// serving it).
-    fn wait_for_visitor(&self, class: usize, visitor: classes::Visitor) -> Taken {
+    fn wait_for_visitor(&self, class: usize, visitor: classes::Visitor) -> Found {
         crate::sync::spin(OWNED_WAIT_HINTS);
-        match self.classes.steal(class, visitor) {
-            Some((t, new_visit)) => Taken::Tenant(t, new_visit),
-            None => Taken::Busy(visitor.tenant()),
+        match self.classes.take_visitor(class, visitor) {
+            Some((t, new_visit)) => Found::Tenant(t, new_visit),
+            None => Found::Busy(visitor.tenant()),
         }
     }
 }

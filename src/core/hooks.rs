@@ -12,6 +12,7 @@
 
 use crate::core::classes::ClassView;
 use crate::core::ids::{ClassId, SlotId};
+use crate::identity::TenantKey;
 
 /// What the core tells the hooks about a grant.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +109,13 @@ pub(crate) trait Hooks: Send + Sync {
         Ok(())
     }
 
+    /// Whether a request for `downstream` arriving at `now`, which may wait `budget_ns`, is
+    /// refused at once (load shedding: its pool's expected wait is longer).
+    #[inline]
+    fn sheds(&self, _downstream: u32, _budget_ns: u64, _now: u64) -> bool {
+        false
+    }
+
     /// The holder is about to grant, at `now`, a head that goes to `downstream`.
     #[inline]
     fn admit(&self, _downstream: u32, _now: u64) -> Admit {
@@ -157,8 +165,46 @@ pub(crate) trait Hooks: Send + Sync {
     fn prefetch(&self, _slot: SlotId) {}
 }
 
-/// No features: the plain scheduler.
-#[allow(dead_code)] // the engine always plugs its features in; tests and models use this
+/// No features: the plain scheduler (`BareCore`).
 pub(crate) struct NoHooks;
 
 impl Hooks for NoHooks {}
+
+/// What a feature reads of one tenant, off the hot path.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TenantView {
+    pub(crate) slot: SlotId,
+    pub(crate) key: TenantKey,
+    /// Configured weight.
+    pub(crate) weight: u32,
+    /// The weight of its class now (the feedback controller may have moved it).
+    pub(crate) class_weight: u32,
+    pub(crate) class: ClassId,
+    /// Its effective weight as its class counts it, in 1/`FACTOR_ONE` units.
+    pub(crate) effective_weight: u64,
+    /// Grants and cost units since it took the slot.
+    pub(crate) granted: u64,
+    pub(crate) granted_cost: u64,
+}
+
+/// The seam's other direction: what a feature may ask of the core, off the hot path (a control
+/// loop's tick, a report). The core implements it (`admin.rs`); features take `&impl
+/// CoreAccess`, never the core itself.
+pub(crate) trait CoreAccess {
+    /// Tenant slots (indices `0..slot_count()`).
+    fn slot_count(&self) -> usize;
+
+    /// What a feature reads of the tenant in slot `t` now, if the slot holds one. Not pinned: a
+    /// slot reused meanwhile may show a mixed snapshot for that one tenant.
+    fn tenant_view(&self, t: SlotId) -> Option<TenantView>;
+
+    /// Runs `f` on the view of `key`'s slot, pinned so it cannot be reused meanwhile.
+    fn with_tenant<R>(&self, key: TenantKey, f: impl FnOnce(TenantView) -> R) -> Option<R>;
+
+    /// Adds `delta` to a class's extra SWRR weight (the wait boost).
+    fn add_class_extra(&self, class: ClassId, delta: i64);
+
+    /// Moves a live tenant to the class of `weight` (the feedback controller's nudge), creating
+    /// the class if there is room. Returns whether it moved.
+    fn move_to_class(&self, key: TenantKey, weight: u32) -> bool;
+}

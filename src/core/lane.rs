@@ -49,7 +49,7 @@
 //! `V` may run a little slow, which only makes the lane stricter.
 
 use crate::core::tenants::TenantSlot;
-use crate::sync::{ArrayQueue, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, WordRing};
 
 #[cfg(doc)]
 use crate::core::classes::Classes;
@@ -68,7 +68,7 @@ const TAG_UNIT: u64 = 1024;
 /// The tenants waiting in the lane, each with the class whose ready count includes it.
 pub(crate) struct Lane {
     /// `class << 32 | tenant`. Every tenant is in it at most once (its turn holder pushed it).
-    ring: ArrayQueue<u64>,
+    ring: WordRing<u64>,
     /// The cost the lane granted since the rotation last granted, in 1/`TAG_UNIT` units.
     streak: AtomicU64,
 }
@@ -76,7 +76,7 @@ pub(crate) struct Lane {
 impl Lane {
     pub(crate) fn new(tenants: usize) -> Lane {
         Lane {
-            ring: ArrayQueue::new(tenants.max(1)),
+            ring: WordRing::new(tenants.max(1)),
             streak: AtomicU64::new(0),
         }
     }
@@ -117,7 +117,7 @@ impl Lane {
         self.streak.load(Ordering::Relaxed)
     }
 
-    /// A cheap look before `take`: an empty `ArrayQueue::pop` runs a fence.
+    /// A cheap look before `take`: an empty `WordRing::pop` runs a fence.
     pub(crate) fn is_empty(&self) -> bool {
         self.ring.is_empty()
     }

@@ -10,29 +10,29 @@
 //! step:
 //!
 //! 1. `enqueue.rs`, `Core::enqueue`: the tenant's slot is found by its key's hash, or claimed
-//!    (`tenants.rs`, open addressing), and pinned with a place in its queue in one RMW. The
+//!    (`tenants/`, open addressing), and pinned with a place in its queue in one RMW. The
 //!    global queue bound is reserved (`permits.rs`), a ticket is taken from the slab and filled
 //!    (`tickets.rs`), and its handle pushed into the tenant's ring (`ring.rs`). The enqueuer
 //!    whose push raises the tenant's `queued` count from 0 holds the tenant's *turn* (below).
 //! 2. `turn.rs`, `activate`: the turn holder stages the tenant's head (takes it from the ring
 //!    into `staged`) and places the tenant: ready, so into its weight class's ring
-//!    (`classes.rs`), or into the light-tenant lane if it has had no more than its share lately
+//!    (`classes/`), or into the light-tenant lane if it has had no more than its share lately
 //!    (`lane.rs`).
 //! 3. `grant.rs`, `Core::next_grant`: a read of the permit word says whether a permit is free.
 //!    The lane goes first; otherwise a pick runs smooth weighted round robin over the classes
-//!    (`classes.rs`, batched picks), and the picked class gives the tenant at its ring head.
+//!    (`classes/swrr.rs`, batched picks), and the picked class gives the tenant at its ring head.
 //! 4. `serve.rs`, `serve`: a new visit adds a quantum to the tenant's deficit-round-robin
 //!    credit; if the credit covers the head's cost, one CAS takes the permit and one CAS moves
 //!    the ticket from queued to granted. The tenant's next head is staged and the tenant placed
 //!    again (`after_turn`), or it goes idle and gives up its turn.
 //! 5. `complete.rs`, `Core::complete`: one CAS ends the ticket, the permit and the global place
-//!    go back and the tenant's pin is released (`tenants.rs`); an idle slot is reused after
+//!    go back and the tenant's pin is released (`tenants/`); an idle slot is reused after
 //!    `tenant_idle_ms`.
 //!
 //! Off that path: the timing wheel (`wheel.rs`, a head with a Retry-After), the wide slot (seats
 //! on, a request that needs every permit), cost corrections and debt (`complete` with an actual
-//! cost), the start-up charge (`classes.rs`, "The first window", only until requests first
-//! wait), visitors left to another caller and the spin on a held class (`classes.rs`, several
+//! cost), the start-up charge (`classes/start.rs`, only until requests first
+//! wait), visitors left to another caller and the spin on a held class (`classes/visitor.rs`, several
 //! callers), and ring compaction and turn hand-overs (`ring.rs`, cancels and racing producers).
 //! The hooks (`hooks.rs`) are called at each step; by default only the fairness indicators do
 //! work there, and every feature that is off is a check of an `Option`. `admin.rs` holds what
@@ -42,7 +42,7 @@
 //! # Who holds a tenant's turn
 //! At any time at most one thread holds a tenant's *turn*: the right to pop its queue, stage its
 //! head and place it (in a class ring, the timing wheel, or nowhere when it goes idle). The turn
-//! passes through the tenant's `queued` count (see `tenants.rs`): the enqueuer that raises it from
+//! passes through the tenant's `queued` count (see `tenants/`): the enqueuer that raises it from
 //! 0 activates the tenant; a granter that pops the tenant from its class ring holds it until it
 //! puts it back; a wheel drainer holds it while it decides; a feature that blocked it (a full
 //! bulkhead pool) holds it until it hands it back; a holder whose next entry is counted but not
@@ -83,7 +83,7 @@ use crate::weights::WeightTable;
 pub(crate) use classes::class_count;
 pub(crate) use classes::ClassView;
 use classes::{ClassWeights, Classes, Start, Take};
-pub(crate) use hooks::{Admit, GrantEvent, Hooks};
+pub(crate) use hooks::{Admit, CoreAccess, GrantEvent, Hooks, NoHooks, TenantView};
 pub(crate) use ids::{ClassId, SlotId};
 use packed::Field;
 use permits::{Capacity, Permits};
@@ -122,7 +122,7 @@ pub(crate) struct Limits {
     pub(crate) tenant_idle_ns: u64,
     pub(crate) max_weight_classes: u32,
     /// Weights whose classes exist from the start and are never freed (tiers).
-    pub(crate) pinned_weights: Vec<u32>,
+    pub(crate) permanent_weights: Vec<u32>,
     /// `max_in_flight` counts cost units (seats), not requests.
     pub(crate) seats: bool,
     /// Tenants that become ready below their share are served first (`lane.rs`).
@@ -142,23 +142,6 @@ pub struct FleetTenant {
     pub served_cost: u64,
     /// Requests it has queued here now.
     pub queued: u64,
-}
-
-/// What a feature reads of one tenant, off the hot path.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TenantView {
-    pub(crate) slot: SlotId,
-    pub(crate) key: TenantKey,
-    /// Configured weight.
-    pub(crate) weight: u32,
-    /// The weight of its class now (the feedback controller may have moved it).
-    pub(crate) class_weight: u32,
-    pub(crate) class: ClassId,
-    /// Its effective weight as its class counts it, in 1/`FACTOR_ONE` units.
-    pub(crate) effective_weight: u64,
-    /// Grants and cost units since it took the slot.
-    pub(crate) granted: u64,
-    pub(crate) granted_cost: u64,
 }
 
 /// The scheduler core, with the features `H` plugged into its seam.
@@ -196,9 +179,9 @@ impl<H: Hooks> Core<H> {
     pub(crate) fn new(limits: Limits, hooks: H) -> Core<H> {
         let slots = slot_count(limits.max_tenants as usize);
         let classes = Classes::new(class_count(limits.max_weight_classes), slots);
-        classes.pin(limits.default_weight);
-        for &weight in &limits.pinned_weights {
-            classes.pin(weight); // validated to fit max_weight_classes
+        classes.make_permanent(limits.default_weight);
+        for &weight in &limits.permanent_weights {
+            classes.make_permanent(weight); // validated to fit max_weight_classes
         }
         Core {
             tickets: TicketSlab::new(

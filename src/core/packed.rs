@@ -56,7 +56,7 @@ impl Field {
     }
 
     /// The bit just above the field (the next field's shift).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) const fn end(self) -> u32 {
         self.shift + self.width
     }

@@ -140,8 +140,7 @@ impl Permits {
     /// ends (`release`).
     pub(crate) fn grant(&self, width: u64) -> Result<(), AtCapacity> {
         debug_assert!((1..=self.max_in_flight).contains(&width));
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Permit) {
+        broken!(Permit, {
             // Broken on purpose: check, then store; two callers can both pass the check.
             let word = self.word.load(Ordering::Relaxed);
             if (word & IN_FLIGHT_HALF) + width > self.max_in_flight {
@@ -150,7 +149,7 @@ impl Permits {
             self.word
                 .store(word.wrapping_add(granted(width)), Ordering::Relaxed);
             return Ok(());
-        }
+        });
         // `WIDE` counts as far above the limit, so a waiting wide request stops this check.
         if self.update(
             |w| (w & IN_FLIGHT_HALF) + width <= self.max_in_flight,
@@ -177,15 +176,8 @@ impl Permits {
     pub(crate) fn reserve_wide(&self) -> Option<u64> {
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
-            #[cfg(fairq_broken)]
-            let ready = if crate::broken::on(crate::broken::Break::Seats) {
-                // Broken on purpose: only looks for the bit, not for the permits still out.
-                word & WIDE != 0
-            } else {
-                word & IN_FLIGHT_HALF == WIDE
-            };
-            #[cfg(not(fairq_broken))]
-            let ready = word & IN_FLIGHT_HALF == WIDE;
+            // Broken on purpose: only looks for the bit, not for the permits still out.
+            let ready = broken_or!(Seats, word & WIDE != 0, word & IN_FLIGHT_HALF == WIDE);
             if !ready {
                 return None; // permits still out, or no wide request waits
             }

@@ -162,12 +162,11 @@ impl TenantQueue {
     /// Marks the entry claimed for `pos` full, now that its value is written. A CAS, not a
     /// store, so that a turn holder's mark (see the module docs) is never overwritten unseen.
     fn publish(entry: &Entry, pos: u64) -> Turn {
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Unwritten) {
+        broken!(Unwritten, {
             // Broken on purpose: a plain store drops the holder's mark, and with it the turn.
             entry.stamp.store(pos + 1, Ordering::Release);
             return Turn::Unchanged;
-        }
+        });
         // Release: the value is written before a consumer sees the entry full. Acquire on
         // failure: pairs with the holder's Release in its mark, so what it left for the next
         // holder (the tenant's pending placement) is ours.
@@ -284,10 +283,7 @@ impl TenantQueue {
         let cap = self.entries.len() as u64;
         // Acquire: the entries consumed before are settled.
         let head = self.head.load(Ordering::Acquire);
-        #[cfg(fairq_broken)]
-        let unlocked = crate::broken::on(crate::broken::Break::Compact);
-        #[cfg(not(fairq_broken))]
-        let unlocked = false;
+        let unlocked = broken_or!(Compact, true, false);
         if head & LOCKED != 0
             || (!unlocked
                 && self

@@ -48,7 +48,7 @@ pub(super) enum Served {
     /// Every permit was out when it came to granting: the tenant was put back.
     AtCapacity,
     /// Its head needs every permit and some were out: the tenant waits in the wide slot.
-    Held,
+    WaitsWide,
 }
 
 /// What serving the wide slot came to.
@@ -123,7 +123,7 @@ impl<H: Hooks> Core<H> {
             }
             Served::Expired(expired) => Wide::Answer(NextGrant::Expired(expired)),
             Served::AtCapacity => Wide::Answer(NextGrant::AtCapacity),
-            Served::Held => Wide::Again,
+            Served::WaitsWide => Wide::Again,
             Served::Nothing | Served::Spent => Wide::Pick,
         }
     }
@@ -227,13 +227,12 @@ impl<H: Hooks> Core<H> {
                 if width == self.permits.max() && self.limits.seats && self.hold_wide(class, t) {
                     // It needs every permit: it waits for them in the wide slot, and no other
                     // grant starts meanwhile.
-                    #[cfg(fairq_broken)]
-                    if crate::broken::on(crate::broken::Break::Held) {
+                    broken!(Held, {
                         // Broken on purpose: answers at once, though the grants out may have
                         // ended before the bit was raised.
                         return Served::AtCapacity;
-                    }
-                    return Served::Held;
+                    });
+                    return Served::WaitsWide;
                 }
                 // Its credit covers the head: it stays next in its class.
                 self.classes.put_back(class, t, true, slot);
@@ -316,7 +315,7 @@ impl<H: Hooks> Core<H> {
     }
 
     /// Counts a grant of `cost` in `class` on the lane's clock and, with the lane on, charges
-    /// it to tenant `slot`. During the start-up (`classes.rs`, "The first window"), a grant in
+    /// it to tenant `slot`. During the start-up (`classes/start.rs`), a grant in
     /// the first window is shared against every class present, and a lane grant right after it
     /// pays its SWRR step, so the start-up's lane entries take nothing from the split.
     fn record_served(

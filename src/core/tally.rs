@@ -59,11 +59,8 @@ impl RowBitmap {
             let row = free.trailing_zeros() as usize;
             // Acquire: the row's previous holder wrote its counters before its release; the
             // new holder goes on from what it left.
-            let order = if broken_hand_off() {
-                Ordering::Relaxed // Broken on purpose: the new holder may read stale counts.
-            } else {
-                Ordering::Acquire
-            };
+            // Broken on purpose: the new holder may read stale counts.
+            let order = broken_or!(RowHandOff, Ordering::Relaxed, Ordering::Acquire);
             match self.taken.compare_exchange_weak(
                 taken,
                 taken | 1 << row,
@@ -79,23 +76,10 @@ impl RowBitmap {
     /// Gives row `row` back.
     pub(crate) fn release(&self, row: usize) {
         // Release: this holder's counter writes happen before the next holder's claim.
-        let order = if broken_hand_off() {
-            Ordering::Relaxed // Broken on purpose (see `claim`).
-        } else {
-            Ordering::Release
-        };
+        // Broken on purpose (see `claim`).
+        let order = broken_or!(RowHandOff, Ordering::Relaxed, Ordering::Release);
         self.taken.fetch_and(!(1 << row), order);
     }
-}
-
-#[cfg(fairq_broken)]
-fn broken_hand_off() -> bool {
-    crate::broken::on(crate::broken::Break::RowHandOff)
-}
-
-#[cfg(not(fairq_broken))]
-fn broken_hand_off() -> bool {
-    false
 }
 
 #[cfg(not(loom))]

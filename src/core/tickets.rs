@@ -146,12 +146,11 @@ impl TicketSlab {
             // the link may be garbage, but the tag moved on and the CAS below fails.
             let next = u64::from(self.cells[index as usize].position.load(Ordering::Relaxed));
             let popped = (head & !LINK_MASK).wrapping_add(TAG_ONE) | next;
-            #[cfg(fairq_broken)]
-            if crate::broken::on(crate::broken::Break::FreeList) {
+            broken!(FreeList, {
                 // Broken on purpose: two allocs can pop the same cell.
                 self.free.store(popped, Ordering::Release);
                 break index;
-            }
+            });
             // Acquire on failure too: the next round reads the new top's link.
             match self.free.compare_exchange_weak(
                 head,
@@ -297,10 +296,9 @@ impl TicketSlab {
             return false;
         };
         let generation = ticket.generation();
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Ticket) {
+        broken!(Ticket, {
             return broken_cas(&cell.state, pack(generation, from), pack(generation, to));
-        }
+        });
         // AcqRel: acquire the fields the previous owner wrote; release ours to the next owner.
         cell.state
             .compare_exchange(
@@ -319,15 +317,14 @@ impl TicketSlab {
             return false;
         };
         let generation = ticket.generation();
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Ticket) {
+        broken!(Ticket, {
             let next = pack(generation.wrapping_add(1).max(1), FREE);
             let ok = broken_cas(&cell.state, pack(generation, from), next);
             if ok {
                 self.release(ticket.index());
             }
             return ok;
-        }
+        });
         // AcqRel: the winner sees the fields (to report them) and publishes the bump.
         let ok = cell
             .state

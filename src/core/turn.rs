@@ -107,12 +107,8 @@ impl<H: Hooks> Core<H> {
             return;
         }
         // Ready, or dead (cancelled/expired): a granter sweeps dead heads on its turn.
-        #[cfg(fairq_broken)]
-        let class = match counted_in {
-            // Broken on purpose: keep the tenant in the class it was taken from.
-            Some(c) if crate::broken::on(crate::broken::Break::Move) => c,
-            _ => class,
-        };
+        // Broken on purpose: keep the tenant in the class it was taken from.
+        let class = broken_or!(Move, counted_in.unwrap_or(class), class);
         match counted_in {
             Some(c) if c == class => self.classes.put_back(c, t, visit_continues, slot),
             Some(c) => {

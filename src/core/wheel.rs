@@ -77,11 +77,10 @@ impl Wheel {
         // An RMW, not a load: it reads the cursor's latest value (see the type's docs). AcqRel:
         // its Release hands our push to an advancer whose CAS comes after it. If the cursor has
         // passed our tick, the drain may have missed us.
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Wheel) {
+        broken!(Wheel, {
             // Broken on purpose: a plain load may read a cursor an advancer already moved.
             return (self.cursor.load(Ordering::Acquire) >= tick).then_some(tick);
-        }
+        });
         (self.cursor.fetch_add(0, Ordering::AcqRel) >= tick).then_some(tick)
     }
 

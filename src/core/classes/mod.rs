@@ -4,7 +4,7 @@
 //!
 //! # O(1) SWRR over weight classes
 //! Tenants of equal weight form a class. A class's SWRR weight is `weight × ready tenants`, and it
-//! keeps its ready tenants in a ring (`ArrayQueue` of tenant indices). A pick runs nginx's SWRR
+//! keeps its ready tenants in a ring (`WordRing` of tenant indices). A pick runs nginx's SWRR
 //! over the classes (every class gains its weight, the largest wins and pays the total), then the
 //! class serves the tenant at its ring head, deficit-round-robin style: a visit adds the class
 //! quantum (the largest cost seen in it) to the tenant's credit and serves while the credit covers
@@ -30,7 +30,7 @@ use crate::core::ids::ClassId;
 use crate::core::lane::Lane;
 use crate::core::tenants::{TenantSlot, NIL};
 use crate::sync::{
-    fence, ArrayQueue, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering,
+    fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering, WordRing,
 };
 
 mod start;
@@ -92,7 +92,7 @@ pub(crate) struct Class {
     /// tenant is there has nothing for the rotation.
     in_lane: AtomicI64,
     /// Ready tenants, in round-robin order.
-    ring: ArrayQueue<u32>,
+    ring: WordRing<u32>,
 }
 
 impl Class {
@@ -133,7 +133,7 @@ pub(crate) struct Classes {
     /// Where the start-up stands, a `Start` (module docs): read by every grant, written twice.
     start: AtomicU32,
     /// Classes that are never freed (the default weight, tiers): one bit each. Admin lock only.
-    pinned: AtomicU64,
+    permanent: AtomicU64,
     /// Bumped when a class becomes ready or idle (by 1), or when credits or gains change
     /// otherwise (by `HARD_EPOCH`): drops the batch. Only the first kind can be resumed.
     epoch: CachePadded<AtomicU64>,
@@ -187,13 +187,13 @@ impl Classes {
                         ]),
                         last_granted: AtomicU32::new(NIL),
                         in_lane: AtomicI64::new(0),
-                        ring: ArrayQueue::new(ring_capacity),
+                        ring: WordRing::new(ring_capacity),
                     })
                 })
                 .collect(),
             allocated: AtomicU32::new(0),
             start: AtomicU32::new(Start::Open as u32),
-            pinned: AtomicU64::new(0),
+            permanent: AtomicU64::new(0),
             epoch: CachePadded::new(AtomicU64::new(0)),
             schedule: Schedule {
                 cursor: CachePadded::new(AtomicU64::new(0)),
@@ -242,20 +242,20 @@ impl Classes {
     }
 
     /// A class that exists from the start and is never freed (the default weight, tiers).
-    pub(crate) fn pin(&self, weight: u32) {
+    pub(crate) fn make_permanent(&self, weight: u32) {
         let Some(class) = self.ensure(weight) else {
             debug_assert!(false, "validated to fit max_weight_classes");
             return;
         };
         // Relaxed: admin-lock (or construction) writers only.
-        self.pinned.fetch_or(1 << class, Ordering::Relaxed);
+        self.permanent.fetch_or(1 << class, Ordering::Relaxed);
     }
 
-    /// Frees every class that is not pinned, has no ready tenant, and is not in `referenced` (a
+    /// Frees every class that is not permanent, has no ready tenant, and is not in `referenced` (a
     /// bit per class: tenants' classes, weights in the weight table). A freed class keeps its
     /// index and is reused by `ensure`. Admin lock only. Returns how many it freed.
     pub(crate) fn collect(&self, referenced: u64) -> usize {
-        let keep = referenced | self.pinned.load(Ordering::Relaxed);
+        let keep = referenced | self.permanent.load(Ordering::Relaxed);
         let mut freed = 0;
         for (c, class) in self.classes[..self.allocated()].iter().enumerate() {
             // Relaxed: admin-lock writers; `ready` is the holders', and a class with a tenant
@@ -372,13 +372,12 @@ impl Classes {
     /// starts counting from now, and its effective-weight factor is counted in (both owned by its
     /// turn holder).
     pub(crate) fn make_ready(&self, class_id: u32, tenant: u32, slot: &TenantSlot, lane: bool) {
-        #[cfg(fairq_broken)]
-        if lane && crate::broken::on(crate::broken::Break::Lane) {
+        broken!(Lane, lane, {
             // Broken on purpose: handed to the lane before it is counted ready.
             self.lane_push(class_id, tenant);
             self.count_ready(class_id, slot);
             return;
-        }
+        });
         self.count_ready(class_id, slot);
         if lane {
             self.lane_push(class_id, tenant);

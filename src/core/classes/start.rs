@@ -158,12 +158,11 @@ impl Classes {
         for (class, target) in targets {
             // In range: within the cap (the rounding moves the last by less than a class each).
             let target = i64::try_from(target).unwrap_or(0);
-            #[cfg(fairq_broken)]
-            if crate::broken::on(crate::broken::Break::FirstWindow) {
+            broken!(FirstWindow, {
                 // Broken on purpose: store the target; a concurrent pick's step is lost.
                 class.current.store(target, Ordering::Relaxed);
                 continue;
-            }
+            });
             // Relaxed: SWRR credits are weights, read by picks as snapshots. Added, not stored:
             // the picks that step meanwhile keep their steps, and the credits' sum is kept.
             class.current.fetch_add(target, Ordering::Relaxed);

@@ -173,12 +173,11 @@ impl Classes {
         // computer that reads the new epoch (its Acquire load in `load_epoch`). Without it a
         // computer could record the new epoch with the old, empty ready set: a batch of length 0
         // that every later pick trusts, answering Empty for good. The bump carries liveness.
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Epoch) {
+        broken!(Epoch, {
             // Broken on purpose: the bump as a mere hint.
             self.epoch.fetch_add(by, Ordering::Relaxed);
             return;
-        }
+        });
         self.epoch.fetch_add(by, Ordering::Release);
     }
 
@@ -186,10 +185,9 @@ impl Classes {
     /// Release bump in `bump_epoch`, so the ready counts read after it are at least as new as the
     /// epoch the batch will carry.
     fn load_epoch(&self) -> u64 {
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Epoch) {
+        broken!(Epoch, {
             return self.epoch.load(Ordering::Relaxed); // broken on purpose: see `bump_epoch`
-        }
+        });
         self.epoch.load(Ordering::Acquire)
     }
 
@@ -432,14 +430,13 @@ impl Classes {
         // (`step`).
         for (c, class) in self.classes[..allocated].iter().enumerate() {
             let delta = current[c] - start[c];
-            #[cfg(fairq_broken)]
-            if crate::broken::on(crate::broken::Break::Batch) {
+            broken!(Batch, {
                 // Broken on purpose: overwrite with the snapshot's result; a concurrent single
                 // step or refund is lost.
                 class.current.store(current[c], Ordering::Relaxed);
                 batch.gains[c].store(weights[c], Ordering::Relaxed);
                 continue;
-            }
+            });
             if delta != 0 {
                 class.current.fetch_add(delta, Ordering::Relaxed);
             }
@@ -529,8 +526,7 @@ impl Classes {
             }
             let gain = class.gain(ready);
             weights[c] = gain;
-            #[cfg(fairq_broken)]
-            if crate::broken::on(crate::broken::Break::Pick) {
+            broken!(Pick, {
                 // Broken on purpose: load, then store; a concurrent pick's gain is lost.
                 let current = class.current.load(Ordering::Relaxed) + gain;
                 class.current.store(current, Ordering::Relaxed);
@@ -539,7 +535,7 @@ impl Classes {
                     best = Some((c, current));
                 }
                 continue;
-            }
+            });
             // Relaxed: the credit is a counter; no other data is published through it.
             let current = class.current.fetch_add(gain, Ordering::Relaxed) + gain;
             total += gain;

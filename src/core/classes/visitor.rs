@@ -92,7 +92,7 @@ impl Classes {
     /// (a new visit), else the ring head, starting a new visit. A visitor that another caller
     /// put there is passed over for the rest (its caller is likely to come back for it), and
     /// when nothing else is there, left to the taker's caller to decide on (`Take::Owned`; see
-    /// `steal`).
+    /// `take_visitor`).
     pub(crate) fn take(&self, class: usize) -> Take {
         let class = &self.classes[class];
         let mut owned = None;
@@ -124,20 +124,15 @@ impl Classes {
 
     /// Takes `visitor` from `class` if it is still there, unchanged: its owner did not come back
     /// for it. Reads the slot first: a failed CAS would take the line from an owner using it.
-    pub(crate) fn steal(&self, class: usize, visitor: Visitor) -> Option<(u32, bool)> {
+    pub(crate) fn take_visitor(&self, class: usize, visitor: Visitor) -> Option<(u32, bool)> {
         let slot = &self.classes[class].visiting[visitor.slot()];
         // Relaxed: a pre-check; the CAS below decides.
         if slot.load(Ordering::Relaxed) != visitor.0 {
             return None;
         }
-        // Acquire: pairs with the Release in `put_back`, as in `take`.
-        #[allow(unused_mut)]
-        let mut order = Ordering::AcqRel;
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Steal) {
-            // Broken on purpose: the putter's slot writes are not ordered before ours.
-            order = Ordering::Relaxed;
-        }
+        // Acquire: pairs with the Release in `put_back`, as in `take`. Broken on purpose: the
+        // putter's slot writes are not ordered before ours.
+        let order = broken_or!(Steal, Ordering::Relaxed, Ordering::AcqRel);
         slot.compare_exchange(visitor.0, NO_VISITOR, order, Ordering::Relaxed)
             .ok()
             .map(|_| (visitor.tenant(), visitor.new_visit()))
@@ -244,7 +239,7 @@ mod loom_models {
                 thread::spawn(move || {
                     crate::core::tally::row();
                     let got = match classes.take(0) {
-                        Take::Owned(visitor) => classes.steal(0, visitor).is_some(),
+                        Take::Owned(visitor) => classes.take_visitor(0, visitor).is_some(),
                         Take::Tenant(t, _) => t == 0,
                         Take::Empty => false,
                     };
@@ -292,7 +287,7 @@ mod loom_models {
         });
     }
 
-    /// A steal with a Relaxed CAS: the holder's slot write may be missed.
+    /// `take_visitor` with a Relaxed CAS: the holder's slot write may be missed.
     #[cfg(fairq_broken)]
     #[test]
     #[should_panic(expected = "not visible")]

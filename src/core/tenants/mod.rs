@@ -35,6 +35,10 @@ use crate::limits::FACTOR_ONE;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Backoff, CachePadded, Ordering};
 use crate::table::Table;
 
+mod slot;
+
+pub(crate) use slot::{TenantSlot, Waits};
+
 /// The fields of `counts`, from bit 0 up (module docs, "Slot life cycle").
 const QUEUED_FIELD: Field = Field::first(21);
 const DEPTH_FIELD: Field = Field::after(QUEUED_FIELD, 21);
@@ -81,277 +85,6 @@ impl Counts {
     }
 }
 
-/// The two averages a tenant's wait estimate is made of (`TenantSlot::first_wait` and
-/// `spacing`): how long a request that found nothing ready ahead of it waited (`first`), and the
-/// time between two grants of a backlogged tenant (`spacing`). A request at position `p` is
-/// told `first + (p - 1) × spacing`. Each is a moving average in units of 1,024 ns (about a
-/// microsecond); 0 means no sample yet. A reader may see the two from different grants: an
-/// estimate does not mind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Waits {
-    pub(crate) first: u32,
-    pub(crate) spacing: u32,
-}
-
-/// Nanoseconds per unit of [`Waits`], as a shift.
-const WAIT_UNIT_SHIFT: u32 = 10;
-
-impl Waits {
-    /// `old` moved toward a sample of `ns`: a quarter of the way when the sample is longer (waits
-    /// that grow show within a few grants), an eighth when it is shorter; the sample itself when
-    /// none came yet. At least one unit, so a sample is never taken for none.
-    pub(in crate::core) fn average(old: u32, ns: u64) -> u32 {
-        let sample = (ns >> WAIT_UNIT_SHIFT).clamp(1, u64::from(u32::MAX));
-        let old = u64::from(old);
-        let avg = if old == 0 {
-            sample
-        } else if sample > old {
-            (old * 3 + sample) / 4
-        } else {
-            (old * 7 + sample) / 8
-        };
-        avg as u32
-    }
-
-    /// The averages a tenant with none of its own is given, from `hint` (a spacing in units
-    /// times the effective weight it was measured at, `Core::spacing_hint`) and its own
-    /// effective weight: spacing grows as weight shrinks.
-    pub(crate) fn from_hint(hint: u64, weight: u64) -> Waits {
-        let spacing = (hint / weight.max(1)).min(u64::from(u32::MAX)) as u32;
-        Waits {
-            first: spacing / 2,
-            spacing,
-        }
-    }
-
-    /// The wait at 1-based `position`, ns: from what is known, each average standing in for
-    /// the other when it has no sample yet (a first-in-line wait is about half a spacing);
-    /// 0 when neither has one.
-    pub(crate) fn at(self, position: u32) -> u64 {
-        let (first, spacing) = match (self.first, self.spacing) {
-            (0, s) => (s / 2, s),
-            (f, 0) => (f, f.saturating_mul(2)),
-            (f, s) => (f, s),
-        };
-        let units = u64::from(first) + u64::from(spacing) * u64::from(position.saturating_sub(1));
-        units.saturating_mul(1 << WAIT_UNIT_SHIFT)
-    }
-}
-
-/// One tenant: its queue, its scheduling state and its counters.
-///
-/// `repr(C)`, hot fields first: a grant touches the first three lines (scheduling state,
-/// counters, the queue's positions) and the ring's entries; features keep their per-tenant state
-/// in side tables of their own. At 16384 tenants every one of them is a cache miss, so the grant
-/// before prefetches them (`succ`, `Core::prefetch_successor`).
-#[repr(C)]
-pub(crate) struct TenantSlot {
-    // ---- line 0: found, pinned, held, scheduled
-    /// Hashed tenant key; 0 = never used. Written only by a thief holding `STEALING`.
-    pub(in crate::core) key: AtomicU64,
-    /// `live << 42 | depth << 21 | queued`, or `STEALING`; see the module docs.
-    pub(in crate::core) counts: AtomicU64,
-    /// Owned by the turn holder: the popped head, kept aside (`ArrayQueue` has no peek). While
-    /// the turn is handed to a writer (`ring.rs`), the class the tenant is counted ready in, for
-    /// that writer (`Core::resume`).
-    pub(in crate::core) staged: AtomicU64,
-    /// Owned by the turn holder: cost credit inside the class (DRR), in 1/`FACTOR_ONE` units.
-    pub(in crate::core) credit: AtomicI64,
-    /// Owned by the turn holder: the class visit number at which its last visit began.
-    pub(in crate::core) last_visit: AtomicU64,
-    /// Current configured weight.
-    pub(in crate::core) weight: AtomicU32,
-    /// Index of the weight class of `weight`.
-    pub(in crate::core) class: AtomicU32,
-    /// Effective-weight factor in 1/`FACTOR_ONE` (fleet mode): the tenant is scheduled at
-    /// `weight × factor / FACTOR_ONE`; full weight unless fleet mode lowers it.
-    pub(in crate::core) factor: AtomicU32,
-    /// Owned by the turn holder: the factor its class's ready weight counts for it now.
-    pub(in crate::core) counted_factor: AtomicU32,
-    /// Owned by the turn holder: next tenant in the same timing-wheel bucket.
-    pub(in crate::core) wheel_next: AtomicU32,
-    // ---- line 1: a grant's counters
-    /// Cost corrections from `complete` (actual minus estimated), folded into `credit` by the
-    /// holder at the tenant's next visit.
-    pub(in crate::core) debt: AtomicI64,
-    /// Owned by the turn holder: time of the last grant, and the two averages of the estimated
-    /// wait ([`Waits`]).
-    pub(in crate::core) last_grant: AtomicU64,
-    pub(in crate::core) first_wait: AtomicU32,
-    pub(in crate::core) spacing: AtomicU32,
-    /// `grants_total` when this tenant took the slot: its own grants are the difference
-    /// (`TenantSlot::granted`). Written only by the claimer.
-    pub(in crate::core) grants_base: AtomicU64,
-    /// Owned by the turn holder: cost units granted to this tenant since it took the slot.
-    pub(in crate::core) granted_cost: AtomicU64,
-    /// Corrections of those by `complete` (actual minus declared cost), from any thread.
-    pub(in crate::core) cost_corrections: AtomicI64,
-    /// Owned by the turn holder, never reset: grants made in this slot, all tenants. The
-    /// engine's `granted` counter is their sum.
-    pub(in crate::core) grants_total: AtomicU64,
-    /// Hints, never trusted: the tenant granted right after this one in its class last time
-    /// (`NIL` if none yet) and the ticket index it had staged then, so this tenant's next grant
-    /// can prefetch that tenant's lines and its head ticket (`Core::prefetch_successor`).
-    pub(in crate::core) succ: AtomicU32,
-    pub(in crate::core) succ_head: AtomicU32,
-    // ---- line 2
-    /// When the slot last went idle (ns): a new tenant may take it `tenant_idle_ms` later.
-    pub(in crate::core) last_active: AtomicU64,
-    /// Owned by the turn holder: the tenant's finish time on the light-tenant lane's virtual
-    /// clock, and what its last grant added to it (`lane.rs`).
-    pub(in crate::core) lane_finish: AtomicU64,
-    pub(in crate::core) lane_interval: AtomicU64,
-    /// Owned by the turn holder, never reset: grants made in this slot through the lane.
-    pub(in crate::core) lane_grants_total: AtomicU64,
-    /// Handles of queued tickets, in arrival order, cancelled ones too until swept.
-    pub(in crate::core) queue: TenantQueue,
-}
-
-impl TenantSlot {
-    /// Grants made to the current tenant since it took the slot.
-    pub(crate) fn granted(&self) -> u64 {
-        // Relaxed: a snapshot of statistics.
-        let total = self.grants_total.load(Ordering::Relaxed);
-        total.saturating_sub(self.grants_base.load(Ordering::Relaxed))
-    }
-
-    /// Grants made in this slot, all tenants (only grows).
-    pub(crate) fn grants_total(&self) -> u64 {
-        // Relaxed: a snapshot of statistics.
-        self.grants_total.load(Ordering::Relaxed)
-    }
-
-    /// Grants made in this slot through the light-tenant lane, all tenants (only grows).
-    pub(crate) fn lane_grants_total(&self) -> u64 {
-        // Relaxed: a snapshot of statistics.
-        self.lane_grants_total.load(Ordering::Relaxed)
-    }
-
-    /// Holder: one more grant through the lane (a load and a store, as in `record_grant`).
-    pub(in crate::core) fn record_lane_grant(&self) {
-        let total = self.lane_grants_total.load(Ordering::Relaxed);
-        self.lane_grants_total.store(total + 1, Ordering::Relaxed);
-    }
-
-    /// Cost units granted to the current tenant, corrections included.
-    pub(crate) fn granted_cost(&self) -> u64 {
-        // Relaxed: a snapshot of statistics.
-        let declared = self.granted_cost.load(Ordering::Relaxed);
-        declared.saturating_add_signed(self.cost_corrections.load(Ordering::Relaxed))
-    }
-
-    /// The tenant's weight as its class counts it now: weight × counted factor, in
-    /// 1/`FACTOR_ONE` units (the units of the classes' SWRR gains).
-    pub(crate) fn effective_weight(&self) -> u64 {
-        // Relaxed: a snapshot; the factor is written by the tenant's turn holder.
-        u64::from(self.weight.load(Ordering::Relaxed))
-            * u64::from(self.counted_factor.load(Ordering::Relaxed))
-    }
-
-    /// Holder: a grant of `cost` at `now`, of a request ready since `ready_at` (queued, and past
-    /// its Retry-After): the wait estimate's two averages (see [`Waits`]) and the counters. A
-    /// request that became ready after the tenant's last grant had nothing ready ahead of it:
-    /// its wait is a first-in-line sample. Any other grant follows the previous one in a
-    /// backlog: the time between them is a spacing sample.
-    /// Returns the spacing average every 64th grant of the slot, for `Core::spacing_hint`.
-    pub(in crate::core) fn record_grant(&self, cost: u32, now: u64, ready_at: u64) -> Option<u32> {
-        let last = self.last_grant.load(Ordering::Relaxed);
-        self.last_grant.store(now, Ordering::Relaxed);
-        let (average, since) = if ready_at >= last {
-            (&self.first_wait, ready_at)
-        } else {
-            (&self.spacing, last)
-        };
-        // Relaxed load + store: written only by the turn holder, as `last_grant`.
-        let old = average.load(Ordering::Relaxed);
-        average.store(
-            Waits::average(old, now.saturating_sub(since)),
-            Ordering::Relaxed,
-        );
-        // Relaxed load + store, not `fetch_add`: like `last_grant`, these counters are written
-        // only by the turn holder (and by a thief holding the slot exclusively); the turn's
-        // hand-off (ring push Release / pop Acquire) orders one holder's writes before the next.
-        let granted_cost = self.granted_cost.load(Ordering::Relaxed);
-        self.granted_cost
-            .store(granted_cost + u64::from(cost), Ordering::Relaxed);
-        let total = self.grants_total.load(Ordering::Relaxed);
-        self.grants_total.store(total + 1, Ordering::Relaxed);
-        if total % 64 == 0 {
-            // Relaxed: our own write above.
-            let spacing = self.spacing.load(Ordering::Relaxed);
-            return (spacing != 0).then_some(spacing);
-        }
-        None
-    }
-
-    /// A grant's cost was corrected by `delta` at `complete` (any thread: an RMW of its own).
-    pub(in crate::core) fn correct_granted_cost(&self, delta: i64) {
-        // Relaxed: a statistic.
-        self.cost_corrections.fetch_add(delta, Ordering::Relaxed);
-    }
-
-    /// Hint: `next` (with head ticket `head`) was granted right after this tenant in its class.
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(in crate::core) fn set_successor(&self, next: SlotId, head: u32) {
-        // Relaxed, and stored only when changed: a hint.
-        if self.succ.load(Ordering::Relaxed) != next {
-            self.succ.store(next, Ordering::Relaxed);
-        }
-        if self.succ_head.load(Ordering::Relaxed) != head {
-            self.succ_head.store(head, Ordering::Relaxed);
-        }
-    }
-
-    /// Hint: the tenant granted after this one last round, and its head ticket then.
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(in crate::core) fn successor(&self) -> (SlotId, u32) {
-        // Relaxed: a hint.
-        (
-            self.succ.load(Ordering::Relaxed),
-            self.succ_head.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Starts loading the lines a grant of this tenant touches (a hint).
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(in crate::core) fn prefetch(&self) {
-        // The scheduling and counter lines, the queue's head and tail, and its first entries.
-        crate::sync::prefetch(self, 3 * 64);
-        let (ring, bytes) = self.queue.storage();
-        crate::sync::prefetch(ring, bytes.min(128));
-    }
-
-    fn new(queue_capacity: usize) -> TenantSlot {
-        TenantSlot {
-            key: AtomicU64::new(0),
-            counts: AtomicU64::new(0),
-            staged: AtomicU64::new(0),
-            credit: AtomicI64::new(0),
-            last_visit: AtomicU64::new(0),
-            weight: AtomicU32::new(0),
-            class: AtomicU32::new(0),
-            factor: AtomicU32::new(FACTOR_ONE),
-            counted_factor: AtomicU32::new(FACTOR_ONE),
-            wheel_next: AtomicU32::new(NIL),
-            debt: AtomicI64::new(0),
-            last_grant: AtomicU64::new(0),
-            first_wait: AtomicU32::new(0),
-            spacing: AtomicU32::new(0),
-            grants_base: AtomicU64::new(0),
-            granted_cost: AtomicU64::new(0),
-            cost_corrections: AtomicI64::new(0),
-            grants_total: AtomicU64::new(0),
-            succ: AtomicU32::new(NIL),
-            succ_head: AtomicU32::new(NIL),
-            last_active: AtomicU64::new(0),
-            lane_finish: AtomicU64::new(0),
-            lane_interval: AtomicU64::new(0),
-            lane_grants_total: AtomicU64::new(0),
-            queue: TenantQueue::new(ring_capacity(queue_capacity)),
-        }
-    }
-}
-
 /// Entries in a tenant's ring for a queue bound of `capacity` live requests: half as many again
 /// for cancelled entries, so a compaction (when the ring is full) frees at least that many.
 pub(crate) fn ring_capacity(capacity: usize) -> usize {
@@ -363,10 +96,10 @@ pub(crate) fn slot_count(capacity: usize) -> usize {
     capacity + capacity / 4 + 1
 }
 
-/// What a pin that asks for a place in the tenant's queue gets: `Ok` with the requests ahead of
-/// the place taken, or `Err` with the requests waiting when the queue is full (or no place was
-/// asked: a bound of 0).
-pub(crate) type Place = Result<u32, u32>;
+/// What a pin that asks for a spot in the tenant's queue gets: `Ok` with the requests ahead of
+/// the spot taken, or `Err` with the requests waiting when the queue is full (or no spot was
+/// asked: a bound of 0). ("Place" is kept for placing a tenant: in a ring, the wheel, the lane.)
+pub(crate) type Spot = Result<u32, u32>;
 
 enum Claim {
     Claimed,
@@ -462,11 +195,10 @@ impl TenantTable {
         if slot.grants_total.load(Ordering::Relaxed) != before {
             return true;
         }
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Left) {
+        broken!(Left, {
             // Broken on purpose: keeps answering `Empty` after its server went away.
             return true;
-        }
+        });
         self.left[row].store(NIL, Ordering::Relaxed);
         // Relaxed: see `leave_to_server`.
         self.leaving.fetch_sub(1, Ordering::Relaxed);
@@ -529,18 +261,17 @@ impl TenantTable {
 
     /// Pins the slot if it holds `key` and is not being stolen. On success the caller owns
     /// `pins` `LIVE` counts on it, and a place in its queue if the queue held fewer than `bound`
-    /// requests ([`Place`]; a bound of 0 asks none).
-    fn try_pin(&self, index: usize, key: u64, pins: u64, bound: u32) -> Option<Place> {
+    /// requests ([`Spot`]; a bound of 0 asks none).
+    fn try_pin(&self, index: usize, key: u64, pins: u64, bound: u32) -> Option<Spot> {
         let slot = &self.slots[index];
         self.touch();
         let backoff = Backoff::new();
         let mut current = slot.counts.load(Ordering::Acquire);
         let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
-        let got: Place = loop {
-            #[cfg(fairq_broken)]
-            if Counts(current).stealing() && crate::broken::on(crate::broken::Break::Claim) {
+        let got: Spot = loop {
+            broken!(Claim, Counts(current).stealing(), {
                 return None; // Broken on purpose: the walk-past the loom models caught.
-            }
+            });
             if Counts(current).stealing() {
                 // A claim is rewriting this slot, possibly for our own key: wait for it (a few
                 // stores, never blocked) instead of walking past. Walking past (found by the loom
@@ -573,10 +304,9 @@ impl TenantTable {
         if current == 0 {
             self.active.fetch_add(1, Ordering::Relaxed);
         }
-        #[cfg(fairq_broken)]
-        if crate::broken::on(crate::broken::Break::Slot) {
+        broken!(Slot, {
             return Some(got); // Broken on purpose: trust the key read before the pin.
-        }
+        });
         // Acquire: see the key the last thief wrote before it released `counts`.
         if slot.key.load(Ordering::Acquire) == key {
             return Some(got);
@@ -611,7 +341,7 @@ impl TenantTable {
     /// `None` when it has none or the slot changed hands meanwhile (`pin_or_claim` settles
     /// both). Inline: most enqueues find their tenant's slot, and end here without the claim
     /// loop's set-up.
-    pub(crate) fn pin_found(&self, key: u64, pins: u64, bound: u32) -> Option<(u32, Place)> {
+    pub(crate) fn pin_found(&self, key: u64, pins: u64, bound: u32) -> Option<(u32, Spot)> {
         let index = self.locate(key)?;
         let place = self.try_pin(index, key, pins, bound)?;
         Some((index as u32, place))
@@ -649,7 +379,7 @@ impl TenantTable {
         pins: u64,
         bound: u32,
         init: impl Fn(SlotId, &TenantSlot),
-    ) -> Result<(u32, Place), TableFull> {
+    ) -> Result<(u32, Spot), TableFull> {
         // A claim can lose a race for its slot; a few rounds settle it.
         let backoff = Backoff::new();
         for _ in 0..8 {
@@ -759,7 +489,7 @@ impl TenantTable {
     /// Takes a place in a pinned slot's queue of at most `bound` requests (a requeue). Returns
     /// the requests ahead, or `Err` with them when the queue is full. One CAS, so the count never
     /// reads above its bound.
-    pub(in crate::core) fn take_place(&self, index: SlotId, bound: u32) -> Result<u32, u32> {
+    pub(in crate::core) fn take_spot(&self, index: SlotId, bound: u32) -> Result<u32, u32> {
         let counts = &self.slots[index as usize].counts;
         // Relaxed: a bound on a number (the caller's pin keeps the slot; no data moves with it).
         let mut current = counts.load(Ordering::Relaxed);
@@ -786,8 +516,8 @@ impl TenantTable {
 
     /// Gives back a place that no request fills (a refusal, a cancel, an expiry). The caller
     /// still holds a pin, so the slot never goes idle here.
-    pub(in crate::core) fn release_place(&self, index: SlotId) {
-        // Relaxed: as `take_place`.
+    pub(in crate::core) fn release_spot(&self, index: SlotId) {
+        // Relaxed: as `take_spot`.
         let before = self.slots[index as usize]
             .counts
             .fetch_sub(DEPTH_ONE, Ordering::Relaxed);
