@@ -48,6 +48,7 @@
 //! granters bump with a load and a store, so two granters of one class may lose an increment:
 //! `V` may run a little slow, which only makes the lane stricter.
 
+use crate::core::packed::Field;
 use crate::core::tenants::TenantSlot;
 use crate::sync::{AtomicU64, Ordering, WordRing};
 
@@ -64,10 +65,13 @@ const SLACK_GRANTS: u64 = 2;
 /// with more than half the ready weight (`W/w < 2`) would be charged one unit per unit granted,
 /// as if it were the only ready tenant, never run ahead of `V`, and so re-enter after each grant.
 const TAG_UNIT: u64 = 1024;
+/// A lane entry's fields.
+const ENTRY_TENANT: Field = Field::first(32);
+const ENTRY_CLASS: Field = Field::after(ENTRY_TENANT, 32);
 
 /// The tenants waiting in the lane, each with the class whose ready count includes it.
 pub(crate) struct Lane {
-    /// `class << 32 | tenant`. Every tenant is in it at most once (its turn holder pushed it).
+    /// `ENTRY_CLASS` and `ENTRY_TENANT`. Every tenant is in it at most once (its turn holder pushed it).
     ring: WordRing<u64>,
     /// The cost the lane granted since the rotation last granted, in 1/`TAG_UNIT` units.
     streak: AtomicU64,
@@ -85,14 +89,18 @@ impl Lane {
     pub(crate) fn push(&self, class: u32, tenant: u32) {
         // Release (inside the push): the holder's slot writes happen before the next holder's
         // pop, as for a class ring.
-        let pushed = self.ring.push(u64::from(class) << 32 | u64::from(tenant));
+        let pushed = self
+            .ring
+            .push(ENTRY_CLASS.put(u64::from(class)) | ENTRY_TENANT.put(u64::from(tenant)));
         debug_assert!(pushed.is_ok(), "the lane holds every tenant at most once");
     }
 
     /// Takes the next tenant and the class it is counted in; the caller holds its turn.
     pub(crate) fn take(&self) -> Option<(u32, u32)> {
         // A push still being written reads as empty: the tenant is served on a later call.
-        self.ring.try_pop().map(|e| ((e >> 32) as u32, e as u32))
+        self.ring
+            .try_pop()
+            .map(|e| (ENTRY_CLASS.get(e) as u32, ENTRY_TENANT.get(e) as u32))
     }
 
     /// A grant of `cost`, by the lane or (`lane` false) by the rotation.
@@ -210,4 +218,17 @@ pub(crate) fn within_share(slot: &TenantSlot, now_v: u64) -> bool {
     let finish = slot.lane_finish.load(Ordering::Relaxed);
     let interval = slot.lane_interval.load(Ordering::Relaxed);
     finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) < now_v
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_packs_class_and_tenant() {
+        crate::core::packed::tests::round_trips(&[ENTRY_TENANT, ENTRY_CLASS]);
+        let lane = Lane::new(4);
+        lane.push(63, u32::MAX - 1);
+        assert_eq!(lane.take(), Some((63, u32::MAX - 1)));
+    }
 }

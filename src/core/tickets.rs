@@ -16,6 +16,7 @@
 //! that pops the handle from a tenant queue. The queue's push (Release) / pop (Acquire) carries
 //! them, so they are plain `Relaxed` atomics.
 
+use crate::core::packed::Field;
 use crate::sync::{AtomicU32, AtomicU64, CachePadded, Ordering};
 use crate::table::Table;
 use crate::types::Ticket;
@@ -29,14 +30,28 @@ pub(crate) const GRANTED: u32 = 2;
 /// Owned by one completer while it requeues the ticket.
 pub(crate) const REQUEUING: u32 = 3;
 
+/// The fields of a cell's `state` word: its state, and the generation of the handle that owns it.
+const STATE: Field = Field::first(32);
+const GENERATION: Field = Field::after(STATE, 32);
+
 fn pack(generation: u32, state: u32) -> u64 {
-    (u64::from(generation) << 32) | u64::from(state)
+    GENERATION.put(u64::from(generation)) | STATE.put(u64::from(state))
+}
+
+/// The state in a cell's `state` word.
+fn state_of(word: u64) -> u32 {
+    STATE.get(word) as u32
+}
+
+/// The generation in a cell's `state` word.
+fn generation_of(word: u64) -> u32 {
+    GENERATION.get(word) as u32
 }
 
 /// One request record, one cache line.
 #[repr(align(64))]
 struct TicketCell {
-    /// `generation << 32 | state`; the single source of truth for who owns the ticket.
+    /// `GENERATION` and `STATE`; the single source of truth for who owns the ticket.
     state: AtomicU64,
     /// Tenant slot index.
     tenant: AtomicU32,
@@ -93,12 +108,16 @@ pub(crate) enum Lookup {
 
 pub(crate) struct TicketSlab {
     cells: Table<TicketCell>,
-    /// Head of the free stack: `tag << 32 | index + 1`, 0 in the low half when empty.
+    /// Head of the free stack: `TAG` and `LINK` (the top cell's index + 1, 0 when empty).
     free: CachePadded<AtomicU64>,
 }
 
-const TAG_ONE: u64 = 1 << 32;
-const LINK_MASK: u64 = 0xFFFF_FFFF;
+/// The free stack head's fields: the top cell's index + 1, and a tag that every push and pop
+/// moves on (so a stale head's CAS fails, however the stack changed meanwhile).
+const LINK: Field = Field::first(32);
+const TAG: Field = Field::after(LINK, 32);
+const TAG_ONE: u64 = TAG.one();
+const LINK_MASK: u64 = LINK.mask();
 
 impl TicketSlab {
     pub(crate) fn new(capacity: usize) -> TicketSlab {
@@ -137,7 +156,7 @@ impl TicketSlab {
         let mut head = self.free.load(Ordering::Acquire);
         let mut wait = crate::sync::FIRST_CONTENDED_HINTS;
         let index = loop {
-            let top = head & LINK_MASK;
+            let top = LINK.get(head);
             if top == 0 {
                 return None;
             }
@@ -167,8 +186,8 @@ impl TicketSlab {
         };
         // Acquire: pairs with the Release that freed the cell, so its old fields are settled.
         let word = self.cells[index as usize].state.load(Ordering::Acquire);
-        debug_assert_eq!(word as u32, FREE, "a popped ticket cell is not free");
-        Some(Ticket::new(index, (word >> 32) as u32))
+        debug_assert_eq!(state_of(word), FREE, "a popped ticket cell is not free");
+        Some(Ticket::new(index, generation_of(word)))
     }
 
     /// Pushes a cell the caller just freed onto the free stack.
@@ -179,7 +198,7 @@ impl TicketSlab {
         loop {
             // Relaxed: published by the Release CAS below.
             cell.position
-                .store((head & LINK_MASK) as u32, Ordering::Relaxed);
+                .store(LINK.get(head) as u32, Ordering::Relaxed);
             let pushed = (head & !LINK_MASK).wrapping_add(TAG_ONE) | (u64::from(index) + 1);
             // Release: the link and the cell's FREE state before the cell is reachable.
             match self.free.compare_exchange_weak(
@@ -279,8 +298,8 @@ impl TicketSlab {
             Some(cell) => {
                 // Acquire: a live state implies the fields written before it are visible.
                 let word = cell.state.load(Ordering::Acquire);
-                if (word >> 32) as u32 == ticket.generation() && word as u32 != FREE {
-                    Lookup::Live(word as u32)
+                if generation_of(word) == ticket.generation() && state_of(word) != FREE {
+                    Lookup::Live(state_of(word))
                 } else {
                     Lookup::Stale
                 }
@@ -417,5 +436,22 @@ mod loom_models {
             crate::broken::Break::FreeList,
             pops_and_pushes_lose_or_share_no_cell,
         );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_word_and_the_free_head_pack_two_halves() {
+        crate::core::packed::tests::round_trips(&[STATE, GENERATION]);
+        crate::core::packed::tests::round_trips(&[LINK, TAG]);
+        let word = pack(u32::MAX, GRANTED);
+        assert_eq!((generation_of(word), state_of(word)), (u32::MAX, GRANTED));
+        // A push moves the tag on and leaves the link to the caller.
+        let head = TAG.put(7) | LINK.put(3);
+        let pushed = (head & !LINK_MASK).wrapping_add(TAG_ONE) | 9;
+        assert_eq!((TAG.get(pushed), LINK.get(pushed)), (8, 9));
     }
 }
