@@ -231,6 +231,24 @@
 // `fairq_complete`: the limiter still refuses; requeue after `retry_after_ns`, within budget.
 #define FAIRQ_OUTCOME_STILL_REFUSED 1
 
+// `order`: the most requests queued first.
+#define FAIRQ_STATUS_BY_DEPTH 0
+
+// `order`: the longest-waiting queue head first.
+#define FAIRQ_STATUS_BY_OLDEST_WAIT 1
+
+// `format`: one JSON object.
+#define FAIRQ_STATUS_JSON 0
+
+// `format`: a text table, a line per tenant.
+#define FAIRQ_STATUS_TEXT 1
+
+// Bytes of `fairq_tenant_status::name`, its NUL included.
+#define FAIRQ_STATUS_NAME_LEN 64
+
+// Bytes of `fairq_tenant_status::tier`, its NUL included (tier names are at most 32 bytes).
+#define FAIRQ_STATUS_TIER_LEN 40
+
 // An engine. Opaque: made by `fairq_engine_new`, released by `fairq_engine_free`.
 typedef struct fairq_engine fairq_engine;
 
@@ -520,6 +538,61 @@ typedef struct fairq_tick_report {
     // Effective weights lowered by 1.
     uint32_t weights_lowered;
 } fairq_tick_report;
+
+// The engine's totals in a status dump (`fairq_queue_status`).
+typedef struct fairq_status_totals {
+    // Grants out now.
+    uint64_t in_flight;
+    // With seats on, the permits (cost units) the grants out hold; 0 with seats off.
+    uint64_t seats_in_flight;
+    // Requests queued now.
+    uint64_t queued;
+    // Tenants with requests queued or in flight now (the rows that could be listed).
+    uint64_t busy_tenants;
+    // The configured bounds.
+    uint32_t max_in_flight;
+    // The configured bound on requests queued.
+    uint32_t queue_capacity;
+    // Weight classes in use.
+    uint32_t weight_classes;
+    // Bulkhead pools (their figures are in `fairq_queue_status_text`'s dump).
+    uint32_t pools;
+    // 1 while new requests are queued (`fairq_set_enabled`).
+    uint32_t enabled;
+    // 1 with seats on.
+    uint32_t seats;
+} fairq_status_totals;
+
+// One tenant in a status dump (`fairq_queue_status`). Each row is a consistent view of one
+// tenant; the rows together are not one instant's picture.
+typedef struct fairq_tenant_status {
+    // The tenant key.
+    uint64_t tenant_key;
+    // Requests waiting.
+    uint64_t queued;
+    // Grants out.
+    uint64_t in_flight;
+    // Grants since the tenant took its slot.
+    uint64_t granted;
+    // How long the request at the head of its queue has waited, in ns (0 with none queued).
+    uint64_t oldest_wait_ns;
+    // With `parked` 1: how long until its head may be granted (its Retry-After), in ns.
+    uint64_t parked_for_ns;
+    // Configured weight.
+    uint32_t weight;
+    // The weight it is scheduled at now (feedback controller, fleet mode).
+    uint32_t effective_weight;
+    // 1 with at most one request waiting and no more than its share lately (the light-tenant
+    // lane serves it first); 0 when it is backlogged.
+    uint32_t light;
+    // 1 when its head waits out a Retry-After.
+    uint32_t parked;
+    // The identifier it was given a weight or tier under (`fairq_set_weight`, `fairq_set_tier`),
+    // NUL-terminated, cut to whole UTF-8 characters; empty when the engine was not told.
+    char name[FAIRQ_STATUS_NAME_LEN];
+    // The configured tier whose weight it has, NUL-terminated; empty when none.
+    char tier[FAIRQ_STATUS_TIER_LEN];
+} fairq_tenant_status;
 
 // One bulkhead pool's gauges and counter (`fairq_pool_get_stats`).
 typedef struct fairq_pool_stats {
@@ -1072,6 +1145,67 @@ int32_t fairq_tick(const struct fairq_engine *engine, struct fairq_tick_report *
 int32_t fairq_tick_at(const struct fairq_engine *engine,
                       uint64_t now_ns,
                       struct fairq_tick_report *report);
+
+// `fairq_queue_status_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_queue_status_at`.
+int32_t fairq_queue_status(const struct fairq_engine *engine,
+                           uint32_t order,
+                           struct fairq_status_totals *totals,
+                           struct fairq_tenant_status *rows,
+                           size_t cap,
+                           size_t *count);
+
+// A status dump at `now_ns`: the engine's totals into `*totals` (NULL: not wanted), and the
+// `cap` largest tenants by `order` (`FAIRQ_STATUS_BY_*`) into `rows[0..*count]`, largest first.
+// `totals->busy_tenants` says how many could have been listed. O(`max_tenants`), off the hot
+// path: it reads the live tables without stopping the scheduler (each row is one tenant's
+// consistent view) and allocates while it runs. `rows` may be NULL only with `cap` 0.
+// `FAIRQ_ERR_INVALID_ARGUMENT` for an unknown `order` or a misaligned pointer.
+//
+// # Safety
+// `engine` must be NULL or a live engine; `totals` NULL or writable; a non-NULL `rows` valid
+// for writes of `cap` elements; `count` writable.
+int32_t fairq_queue_status_at(const struct fairq_engine *engine,
+                              uint32_t order,
+                              uint64_t now_ns,
+                              struct fairq_status_totals *totals,
+                              struct fairq_tenant_status *rows,
+                              size_t cap,
+                              size_t *count);
+
+// `fairq_queue_status_text_at` at `fairq_now_ns()`.
+//
+// # Safety
+// As `fairq_queue_status_text_at`.
+int32_t fairq_queue_status_text(const struct fairq_engine *engine,
+                                uint32_t order,
+                                size_t k,
+                                uint32_t format,
+                                char *buf,
+                                size_t len,
+                                size_t *needed);
+
+// The status dump at `now_ns` with the `k` largest tenants by `order`, rendered as
+// `FAIRQ_STATUS_JSON` or `FAIRQ_STATUS_TEXT` into `buf` (NUL-terminated; the fields are
+// described in docs/operating.md). `*needed` (if not NULL) gets the bytes required including
+// the NUL. `FAIRQ_ERR_BUFFER_TOO_SMALL` when `len` is less than that: nothing is written to
+// `buf`, but `*needed` is set, so call once with `buf` NULL and `len` 0 to size it (the dump
+// can grow between calls: allow slack, or retry). `FAIRQ_ERR_NULL` for a NULL `buf` with `len`
+// > 0; `FAIRQ_ERR_INVALID_ARGUMENT` for an unknown `order` or `format`.
+//
+// # Safety
+// `engine` must be NULL or a live engine; a non-NULL `buf` must be valid for writes of `len`
+// bytes; `needed` must be NULL or writable.
+int32_t fairq_queue_status_text_at(const struct fairq_engine *engine,
+                                   uint32_t order,
+                                   size_t k,
+                                   uint32_t format,
+                                   uint64_t now_ns,
+                                   char *buf,
+                                   size_t len,
+                                   size_t *needed);
 
 // Makes a builder from `*config` (every field of `fairq_config` applies; every control it
 // lacks starts off) and writes it to `*builder_out`. `FAIRQ_ERR_INVALID_CONFIG` when a field

@@ -5,6 +5,8 @@ pub use crate::core::FleetTenant;
 #[cfg(feature = "fleet")]
 pub use crate::limits::MIN_FLEET_FACTOR;
 
+use std::collections::HashMap;
+
 use crate::bulkhead::Bulkheads;
 use crate::config::Config;
 use crate::core::{Core, CoreAccess};
@@ -24,6 +26,9 @@ pub struct Engine {
     config: Config,
     enabled: AtomicBool,
     core: Core<Features>,
+    /// The identifiers tenants were given weights or tiers under, by key, for status dumps;
+    /// at most `status::MAX_NAMES`. Written by the weight setters only, never on the hot path.
+    names: std::sync::Mutex<HashMap<u64, Box<str>>>,
 }
 
 impl Engine {
@@ -42,6 +47,7 @@ impl Engine {
         Ok(Engine {
             enabled: AtomicBool::new(config.enabled),
             core: Core::new(config.core_limits(), features),
+            names: std::sync::Mutex::new(HashMap::new()),
             config,
         })
     }
@@ -202,7 +208,10 @@ impl Engine {
 
     /// Sets the weight of the tenant with raw identifier `raw`, at run time.
     pub fn set_weight(&self, raw: &str, weight: u32) -> Result<(), Error> {
-        self.set_weight_key(TenantKey::from_raw(raw.as_bytes()), weight)
+        let key = TenantKey::from_raw(raw.as_bytes());
+        self.set_weight_key(key, weight)?;
+        self.remember_name(key, raw.as_bytes(), false);
+        Ok(())
     }
 
     /// Sets the weight of a tenant by key. A live tenant takes it at its next turn.
@@ -216,11 +225,17 @@ impl Engine {
         entries: impl IntoIterator<Item = (&'a str, u32)>,
         default_weight: u32,
     ) -> Result<(), Error> {
-        let entries: Vec<(u64, u32)> = entries
-            .into_iter()
-            .map(|(raw, w)| (TenantKey::from_raw(raw.as_bytes()).get(), w))
+        let named: Vec<(&str, u32)> = entries.into_iter().collect();
+        let keys: Vec<(u64, u32)> = named
+            .iter()
+            .map(|&(raw, w)| (TenantKey::from_raw(raw.as_bytes()).get(), w))
             .collect();
-        self.replace_weight_keys(&entries, default_weight)
+        self.replace_weight_keys(&keys, default_weight)?;
+        // The names follow the new table: the old one's go.
+        for (i, &(raw, _)) in named.iter().enumerate() {
+            self.remember_name(TenantKey::from_hash(keys[i].0), raw.as_bytes(), i == 0);
+        }
+        Ok(())
     }
 
     /// `replace_weights` with keys already hashed.
@@ -244,7 +259,10 @@ impl Engine {
 
     /// Puts the tenant with raw identifier `raw` in tier `tier`: its weight becomes the tier's.
     pub fn set_tier(&self, raw: &str, tier: &str) -> Result<(), Error> {
-        self.set_tier_key(TenantKey::from_raw(raw.as_bytes()), tier)
+        let key = TenantKey::from_raw(raw.as_bytes());
+        self.set_tier_key(key, tier)?;
+        self.remember_name(key, raw.as_bytes(), false);
+        Ok(())
     }
 
     /// `set_tier` by key.
@@ -359,6 +377,31 @@ impl Engine {
     #[doc(hidden)]
     pub fn debug_slot_touches(&self) -> u64 {
         self.core.debug_slot_touches()
+    }
+
+    // ---------------------------------------------------------------- for status dumps
+
+    /// The core, for the status dump's scan.
+    pub(crate) fn core(&self) -> &Core<Features> {
+        &self.core
+    }
+
+    /// Records `raw` as `key`'s name for status dumps (first clearing them all, with `reset`);
+    /// nothing once `status::MAX_NAMES` are kept. Off the hot path: a weight setter's.
+    pub(crate) fn remember_name(&self, key: TenantKey, raw: &[u8], reset: bool) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if reset {
+            names.clear();
+        }
+        if names.len() < crate::status::MAX_NAMES || names.contains_key(&key.get()) {
+            names.insert(key.get(), String::from_utf8_lossy(raw).into());
+        }
+    }
+
+    /// The name `key` was given a weight or tier under, if the engine was told.
+    pub(crate) fn name_of(&self, key: TenantKey) -> Option<String> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(&key.get()).map(|n| n.to_string())
     }
 
     // ---------------------------------------------------------------- for metrics

@@ -78,6 +78,7 @@ mod metrics;
 mod policy;
 mod ring_entry;
 mod shedding;
+mod status;
 mod sync;
 mod table;
 mod types;
@@ -118,7 +119,8 @@ pub use policy::{
     MAX_TIER_NAME,
 };
 pub use shedding::Shedding;
+pub use status::{PoolStatus, Status, TenantStatus};
 pub use types::{
     Completion, ConfigError, Enqueued, Error, Expired, Grant, Load, NextGrant, Outcome, Reason,
-    Refusal, Request, Stats, Ticket,
+    Refusal, Request, Stats, StatusOrder, Ticket,
 };

@@ -318,6 +318,16 @@ impl Stats {
     }
 }
 
+/// Which tenants a status dump ([`crate::Engine::status`]) lists first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StatusOrder {
+    /// The most requests queued first.
+    #[default]
+    Depth,
+    /// The longest-waiting queue head first.
+    OldestWait,
+}
+
 /// The engine's gauges alone ([`crate::Engine::load`]), read in O(1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Load {

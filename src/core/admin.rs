@@ -230,6 +230,11 @@ impl<H: Hooks> Core<H> {
         stats
     }
 
+    /// Weight classes in use (allocated and not freed).
+    pub(crate) fn classes_in_use(&self) -> usize {
+        self.classes.snapshot().iter().filter(|c| c.0 != 0).count()
+    }
+
     /// Tests and loom models: `(weight, ready tenants, SWRR current weight)` of every class in
     /// use.
     pub(crate) fn debug_classes(&self) -> Vec<(u32, i64, i64)> {

@@ -220,6 +220,17 @@ pub(crate) fn within_share(slot: &TenantSlot, now_v: u64) -> bool {
     finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) < now_v
 }
 
+/// For a status dump: whether the tenant is no more than two grants ahead of its share now. Not
+/// strict, unlike [`within_share`]: a tenant that just became ready has its finish time raised
+/// to the clock, and is at its share, not ahead of it.
+pub(crate) fn at_or_below_share(slot: &TenantSlot, now_v: u64) -> bool {
+    let now_v = now_v.saturating_mul(TAG_UNIT);
+    // Relaxed: a snapshot.
+    let finish = slot.lane_finish.load(Ordering::Relaxed);
+    let interval = slot.lane_interval.load(Ordering::Relaxed);
+    finish.saturating_sub(interval.saturating_mul(SLACK_GRANTS)) <= now_v
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -65,6 +65,7 @@ mod packed;
 mod permits;
 mod ring;
 mod serve;
+mod status;
 mod tally;
 mod tenants;
 mod tickets;
@@ -92,6 +93,7 @@ pub(crate) use ring::hand_overs;
 #[cfg(loom)]
 pub use ring::set_full_rings;
 use ring::{Next, Turn};
+pub(crate) use status::SlotStatus;
 use tally::Tallies;
 pub(crate) use tenants::{ring_capacity, slot_count};
 use tenants::{TenantSlot, TenantTable};

@@ -377,9 +377,9 @@ pub unsafe extern "C" fn fairq_set_weight(
         if raw.is_empty() {
             return Err(FAIRQ_ERR_INVALID_ARGUMENT);
         }
-        engine
-            .set_weight_key(TenantKey::from_raw(raw), weight)
-            .map_err(error_status)?;
+        let key = TenantKey::from_raw(raw);
+        engine.set_weight_key(key, weight).map_err(error_status)?;
+        engine.remember_name(key, raw, false);
         Ok(FAIRQ_OK)
     })
 }

@@ -601,9 +601,9 @@ pub unsafe extern "C" fn fairq_set_tier(
         if raw.is_empty() {
             return Err(FAIRQ_ERR_INVALID_ARGUMENT);
         }
-        engine
-            .set_tier_key(TenantKey::from_raw(raw), tier)
-            .map_err(error_status)?;
+        let key = TenantKey::from_raw(raw);
+        engine.set_tier_key(key, tier).map_err(error_status)?;
+        engine.remember_name(key, raw, false);
         Ok(FAIRQ_OK)
     })
 }

@@ -24,6 +24,7 @@ mod codes;
 #[cfg(feature = "fleet")]
 mod fleet;
 mod indicators;
+mod status;
 mod types;
 // After the modules above, so the header lists the controls after what they build on.
 mod controls;
@@ -34,4 +35,5 @@ pub use controls::*;
 #[cfg(feature = "fleet")]
 pub use fleet::*;
 pub use indicators::*;
+pub use status::*;
 pub use types::*;

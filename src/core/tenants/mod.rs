@@ -316,6 +316,12 @@ impl TenantTable {
         None
     }
 
+    /// Slot `index`'s counts now, for a caller that holds a pin on it (a status read).
+    pub(in crate::core) fn counts(&self, index: SlotId) -> Counts {
+        // Acquire: with the pin, the counts' last writers' slot writes are visible.
+        Counts(self.slots[index as usize].counts.load(Ordering::Acquire))
+    }
+
     /// Pins the slot at `index` if it holds a tenant (any key), for table scans.
     pub(crate) fn pin_index(&self, index: u32) -> Option<u32> {
         let slot = self.slots.get(index as usize)?;
