@@ -243,16 +243,8 @@ impl Status {
         }
         let _ = writeln!(
             out,
-            "{:<18} {:<20} {:>6} {:>6} {:>8} {:>9} {:>10} {:>12} {:<10}",
-            "tenant",
-            "name",
-            "weight",
-            "eff",
-            "queued",
-            "in_flight",
-            "granted",
-            "oldest_ms",
-            "state"
+            "{:<18} {:<20} {:>6} {:>6} {:>8} {:>9} {:>10} {:>12} state",
+            "tenant", "name", "weight", "eff", "queued", "in_flight", "granted", "oldest_ms"
         );
         for t in &self.tenants {
             let name: String = match (&t.name, &t.tier) {
@@ -262,7 +254,7 @@ impl Status {
             };
             let _ = writeln!(
                 out,
-                "{:016x}   {:<20} {:>6} {:>6} {:>8} {:>9} {:>10} {:>12.1} {:<10}",
+                "{:016x}   {:<20} {:>6} {:>6} {:>8} {:>9} {:>10} {:>12.1} {}",
                 t.tenant.get(),
                 name.replace(|c: char| c.is_control(), "?"),
                 t.weight,
