@@ -196,16 +196,18 @@ func cBytes(s string) (*C.char, C.size_t) {
 }
 
 // SetTier puts the tenant with raw identifier raw in tier (case-insensitive): its weight
-// becomes the tier's. An unknown tier gives ErrInvalidArgument.
+// becomes the tier's, and raw its name in the status dump. An unknown tier or an empty raw
+// gives ErrInvalidArgument.
 func (e *Engine) SetTier(raw, tier string) error {
-	key, err := TenantKey(raw)
-	if err != nil {
-		return err
-	}
-	return e.SetTierKey(key, tier)
+	r, rn := cBytes(raw)
+	defer C.free(unsafe.Pointer(r))
+	t, tn := cBytes(tier)
+	defer C.free(unsafe.Pointer(t))
+	_, err := e.call(func(ptr *C.fairq_engine) C.int32_t { return C.fairq_set_tier(ptr, r, rn, t, tn) })
+	return err
 }
 
-// SetTierKey is SetTier by tenant key.
+// SetTierKey is SetTier by tenant key (the status dump then shows no name).
 func (e *Engine) SetTierKey(key uint64, tier string) error {
 	p, n := cBytes(tier)
 	defer C.free(unsafe.Pointer(p))

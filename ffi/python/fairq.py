@@ -30,8 +30,9 @@ pools; ``enqueue(..., downstream=0)``), ``shedding=Shedding()`` (load shedding o
 by ``report_downstream``), ``indicators=False`` (the fairness indicators, on by default),
 ``indicator_top_k=20``, ``seats=True`` (``max_in_flight`` counts cost units; a request at least
 as costly as the limit runs alone) and ``light_lane=False`` (the light-tenant lane, on by default:
-a tenant that becomes ready below its fair share is granted next). ``Fleet`` runs fleet mode when
-the library was built with it (``HAS_FLEET``).
+a tenant that becomes ready below its fair share is granted next). ``status()`` and
+``status_text()`` are the status dump: the busiest tenants now, for an operator. ``Fleet`` runs
+fleet mode when the library was built with it (``HAS_FLEET``).
 
 Errors raise ``FairqError`` carrying the C status code and its name (``FAIRQ_ERR_...``).
 An ``Engine`` may be used from many threads at once (ctypes releases the GIL during each call);
@@ -69,6 +70,8 @@ __all__ = [
     "PoolStats",
     "PoolShedding",
     "FleetStatus",
+    "QueueStatus",
+    "TenantStatus",
     "HAS_FLEET",
     "tenant_key",
     "now_ns",
@@ -132,6 +135,13 @@ TENANT_DIM_TEAM = 2
 
 OUTCOME_ADMITTED = 0
 OUTCOME_STILL_REFUSED = 1
+
+STATUS_BY_DEPTH = 0
+STATUS_BY_OLDEST_WAIT = 1
+STATUS_JSON = 0
+STATUS_TEXT = 1
+STATUS_NAME_LEN = 64
+STATUS_TIER_LEN = 40
 
 # ---------------------------------------------------------------------------- C structs
 
@@ -300,6 +310,38 @@ class _PoolShedding(Structure):
     ]
 
 
+class _StatusTotals(Structure):
+    _fields_ = [
+        ("in_flight", c_uint64),
+        ("seats_in_flight", c_uint64),
+        ("queued", c_uint64),
+        ("busy_tenants", c_uint64),
+        ("max_in_flight", c_uint32),
+        ("queue_capacity", c_uint32),
+        ("weight_classes", c_uint32),
+        ("pools", c_uint32),
+        ("enabled", c_uint32),
+        ("seats", c_uint32),
+    ]
+
+
+class _TenantStatus(Structure):
+    _fields_ = [
+        ("tenant_key", c_uint64),
+        ("queued", c_uint64),
+        ("in_flight", c_uint64),
+        ("granted", c_uint64),
+        ("oldest_wait_ns", c_uint64),
+        ("parked_for_ns", c_uint64),
+        ("weight", c_uint32),
+        ("effective_weight", c_uint32),
+        ("light", c_uint32),
+        ("parked", c_uint32),
+        ("name", c_char * STATUS_NAME_LEN),
+        ("tier", c_char * STATUS_TIER_LEN),
+    ]
+
+
 class FleetConfig(Structure):
     """``fairq_fleet_config``. Start from ``FleetConfig.default()``; ``Fleet`` takes its fields
     as keywords (strings for ``url``, ``fleet`` and ``replica``)."""
@@ -342,6 +384,8 @@ C_STRUCTS = {
     "fairq_pool_stats": _PoolStats,
     "fairq_pool_shedding": _PoolShedding,
     "fairq_fairness": _Fairness,
+    "fairq_status_totals": _StatusTotals,
+    "fairq_tenant_status": _TenantStatus,
     "fairq_fleet_config": FleetConfig,
     "fairq_fleet_status": _FleetStatus,
     "fairq_config": Config,
@@ -475,6 +519,7 @@ for _name, _res, _args in [
     ("fairq_report_downstream_at", c_int32, [_E, c_uint32, c_bool, c_uint64]),
     ("fairq_pool_get_shedding", c_int32, [_E, c_uint32, POINTER(_PoolShedding)]),
     ("fairq_engine_builder_build", c_int32, [_B, POINTER(c_void_p)]),
+    ("fairq_set_tier", c_int32, [_E, c_char_p, c_size_t, c_char_p, c_size_t]),
     ("fairq_set_tier_key", c_int32, [_E, c_uint64, c_char_p, c_size_t]),
     ("fairq_tier_weight", c_int32, [_E, c_char_p, c_size_t, POINTER(c_uint32)]),
     ("fairq_enqueue_downstream", c_int32,
@@ -488,6 +533,17 @@ for _name, _res, _args in [
     ("fairq_fairness_top", c_int32, [_E, POINTER(_Indicators), c_size_t, POINTER(c_size_t)]),
     ("fairq_fairness_top_at", c_int32,
      [_E, c_uint64, POINTER(_Indicators), c_size_t, POINTER(c_size_t)]),
+    ("fairq_queue_status", c_int32,
+     [_E, c_uint32, POINTER(_StatusTotals), POINTER(_TenantStatus), c_size_t,
+      POINTER(c_size_t)]),
+    ("fairq_queue_status_at", c_int32,
+     [_E, c_uint32, c_uint64, POINTER(_StatusTotals), POINTER(_TenantStatus), c_size_t,
+      POINTER(c_size_t)]),
+    ("fairq_queue_status_text", c_int32,
+     [_E, c_uint32, c_size_t, c_uint32, POINTER(c_char), c_size_t, POINTER(c_size_t)]),
+    ("fairq_queue_status_text_at", c_int32,
+     [_E, c_uint32, c_size_t, c_uint32, c_uint64, POINTER(c_char), c_size_t,
+      POINTER(c_size_t)]),
 ]:
     _fn = getattr(_lib, _name)
     _fn.restype = _res
@@ -572,6 +628,11 @@ def _key(tenant):
     return tenant_key(tenant)
 
 
+def _is_key(tenant):
+    """Whether ``tenant`` is a key (int) or None rather than a raw identifier."""
+    return tenant is None or isinstance(tenant, int)
+
+
 # ---------------------------------------------------------------------------- results
 
 EnqueueResult = namedtuple(
@@ -637,6 +698,34 @@ FleetStatus = namedtuple(
 )
 FleetStatus.__doc__ = """Where a fleet's sync loop stands."""
 
+QueueStatus = namedtuple(
+    "QueueStatus",
+    "enabled in_flight seats_in_flight max_in_flight queued queue_capacity busy_tenants "
+    "weight_classes pools order tenants",
+)
+QueueStatus.__doc__ = """A status dump (``Engine.status``): the engine's totals now and
+``tenants``, the busiest ``TenantStatus`` rows, largest first by ``order`` ("depth" or
+"oldest_wait"). ``busy_tenants`` counts every tenant with requests queued or in flight (the rows
+that could be listed); ``seats_in_flight`` is None with seats off; ``pools`` is the number of
+bulkhead pools (``pool_stats`` and ``pool_shedding`` read each)."""
+
+TenantStatus = namedtuple(
+    "TenantStatus",
+    "tenant_key name tier weight effective_weight queued in_flight granted oldest_wait_ns light "
+    "parked_for_ns state",
+)
+TenantStatus.__doc__ = """One tenant in a status dump, a consistent view of it (the rows together
+are not one instant's picture). ``name`` is the identifier it was given a weight or tier under
+(``set_weight``/``set_tier`` with a str or bytes), None when the engine was only given its key;
+``tier`` None when it has none; ``oldest_wait_ns`` is its queue head's wait (0 with none queued);
+``parked_for_ns`` how long until a Retry-After lets its head go, None when not parked; ``state``
+is "parked", "idle" (nothing queued), "light" (the light-tenant lane serves it first) or
+"backlogged"."""
+
+_STATUS_ORDERS = {"depth": STATUS_BY_DEPTH, "oldest_wait": STATUS_BY_OLDEST_WAIT}
+_STATUS_ORDER_NAMES = {code: name for name, code in _STATUS_ORDERS.items()}
+_STATUS_FORMATS = {"json": STATUS_JSON, "text": STATUS_TEXT}
+
 StarvationGuard = namedtuple("StarvationGuard", "min_grants_per_minute min_share_percent",
                              defaults=(30, 3))
 StarvationGuard.__doc__ = """Minimum service per weight class: the larger of
@@ -674,6 +763,38 @@ def _text(value):
 
 def _now_args(now_ns):
     return () if now_ns is None else (now_ns,)
+
+
+def _status_code(value, codes, what):
+    """The C number of a status dump's order or format, given by name or number."""
+    if isinstance(value, int):
+        return value  # the C side refuses one it does not know
+    code = codes.get(value)
+    if code is None:
+        raise FairqError(ERR_INVALID_ARGUMENT, "unknown status %s %r (%s)"
+                         % (what, value, ", ".join(codes)))
+    return code
+
+
+def _c_text(field):
+    """A NUL-terminated ``char[]`` field as str, None when empty."""
+    return field.decode(errors="replace") or None
+
+
+def _tenant_status(row):
+    queued, light = row.queued, bool(row.light)
+    parked_for_ns = row.parked_for_ns if row.parked else None
+    if parked_for_ns is not None:
+        state = "parked"
+    elif queued == 0:
+        state = "idle"
+    elif light:
+        state = "light"
+    else:
+        state = "backlogged"
+    return TenantStatus(row.tenant_key, _c_text(row.name), _c_text(row.tier), row.weight,
+                        row.effective_weight, queued, row.in_flight, row.granted,
+                        row.oldest_wait_ns, light, parked_for_ns, state)
 
 
 # ---------------------------------------------------------------------------- engine
@@ -782,8 +903,13 @@ class Engine:
         return out.value
 
     def set_weight(self, tenant, weight):
-        """Sets a tenant's weight (1..=10000) by raw id or key."""
-        _check(_lib.fairq_set_weight_key(self._handle, _key(tenant), weight))
+        """Sets a tenant's weight (1..=10000) by raw id or key. Given a raw id (str or bytes),
+        the engine keeps it as the tenant's name in the status dump; given a key, it has none."""
+        if _is_key(tenant):
+            _check(_lib.fairq_set_weight_key(self._handle, _key(tenant), weight))
+        else:
+            raw = _text(tenant)
+            _check(_lib.fairq_set_weight(self._handle, raw, len(raw), weight))
 
     def replace_weights(self, weights, default_weight=1):
         """Replaces the whole weight table: ``{tenant (raw id or key): weight}``."""
@@ -807,9 +933,14 @@ class Engine:
 
     def set_tier(self, tenant, tier):
         """Puts a tenant (raw id or key) in a tier the engine was built with: its weight
-        becomes the tier's. An unknown tier raises ``FAIRQ_ERR_INVALID_ARGUMENT``."""
+        becomes the tier's. An unknown tier raises ``FAIRQ_ERR_INVALID_ARGUMENT``. A raw id
+        becomes the tenant's name in the status dump, as with ``set_weight``."""
         name = _text(tier)
-        _check(_lib.fairq_set_tier_key(self._handle, _key(tenant), name, len(name)))
+        if _is_key(tenant):
+            _check(_lib.fairq_set_tier_key(self._handle, _key(tenant), name, len(name)))
+        else:
+            raw = _text(tenant)
+            _check(_lib.fairq_set_tier(self._handle, raw, len(raw), name, len(name)))
 
     def tier_weight(self, tier):
         """The weight of a tier (case-insensitive), or None when the engine has no such tier."""
@@ -1002,6 +1133,54 @@ class Engine:
                 _check(status)
                 return buf.value.decode()
             size = needed.value + 1024  # metrics can grow between calls
+
+    def status(self, k=20, order="depth", now_ns=None):
+        """The status dump: a ``QueueStatus`` with the engine's totals and at most ``k``
+        tenants (those with requests queued or in flight), largest first by ``order``:
+        "depth" (most queued) or "oldest_wait" (longest-waiting queue head). It scans the
+        tenant table (O(max_tenants)): for an operator, not for every request."""
+        code = _status_code(order, _STATUS_ORDERS, "order")
+        cap = max(int(k), 0)
+        totals, rows, count = _StatusTotals(), (_TenantStatus * max(cap, 1))(), c_size_t()
+        h = self._handle
+        if now_ns is None:
+            _check(_lib.fairq_queue_status(h, code, byref(totals), rows, cap, byref(count)))
+        else:
+            _check(_lib.fairq_queue_status_at(h, code, now_ns, byref(totals), rows, cap,
+                                              byref(count)))
+        return QueueStatus(
+            bool(totals.enabled), totals.in_flight,
+            totals.seats_in_flight if totals.seats else None, totals.max_in_flight,
+            totals.queued, totals.queue_capacity, totals.busy_tenants, totals.weight_classes,
+            totals.pools, _STATUS_ORDER_NAMES[code],
+            [_tenant_status(rows[i]) for i in range(count.value)])
+
+    def status_text(self, k=20, order="depth", format="json", now_ns=None):
+        """The status dump rendered by the library: ``format`` "json" (one object, the keys as
+        16 hex digits) or "text" (a table, a line per tenant). ``k`` and ``order`` as in
+        ``status``."""
+        code = _status_code(order, _STATUS_ORDERS, "order")
+        fmt = _status_code(format, _STATUS_FORMATS, "format")
+        k = max(int(k), 0)
+        needed = c_size_t(0)
+
+        def render(buf, size):
+            if now_ns is None:
+                return _lib.fairq_queue_status_text(self._handle, code, k, fmt, buf, size,
+                                                    byref(needed))
+            return _lib.fairq_queue_status_text_at(self._handle, code, k, fmt, now_ns, buf, size,
+                                                   byref(needed))
+
+        status = render(None, 0)  # sizes it: FAIRQ_ERR_BUFFER_TOO_SMALL with needed set
+        if status != ERR_BUFFER_TOO_SMALL:
+            _check(status)  # an unknown order or format, a closed engine
+        for _ in range(2):  # once more if the dump grew between the calls
+            buf = ctypes.create_string_buffer(needed.value)
+            status = render(buf, len(buf))
+            if status != ERR_BUFFER_TOO_SMALL:
+                break
+        _check(status)
+        return buf.value.decode(errors="replace")  # the text form has no NUL, JSON escapes it
 
 
 # ---------------------------------------------------------------------------- fleet mode

@@ -1,4 +1,5 @@
-"""Tests of the binding's controls, indicators and fleet mode, with the standard library only:
+"""Tests of the binding's controls, indicators, status dump and fleet mode, with the standard
+library only:
 
     python3 -m unittest discover -s ffi/python -v
 
@@ -7,6 +8,7 @@ through FAIRQ_LIB) and ``redis-server`` on PATH; each fleet test starts its own 
 port. With a library built without fleet mode those tests are skipped, and say so.
 """
 
+import json
 import math
 import os
 import shutil
@@ -277,6 +279,145 @@ class Indicators(unittest.TestCase):
             self.assertGreater(f.fair_share_ratio_max, 0)
             self.assertFalse(math.isnan(f.wait_p95_max_s))
             self.assertEqual(q.stats()["refused"]["deadline_exceeded"], 1)
+
+
+class StatusDump(unittest.TestCase):
+    NOW = T0 + 500 * MS
+
+    def flooded(self):
+        """300 requests of "flood" queued at T0 with 4 granted (the grants returned), and one of
+        "victim" queued 2 ms before NOW."""
+        q = fairq.Engine(enabled=True, max_tenants=64, tenant_queue_capacity=512,
+                         queue_capacity=4096, max_in_flight=4)
+        self.addCleanup(q.close)
+        q.set_weight("flood", 1)
+        q.set_weight("victim", 1)
+        for _ in range(300):
+            self.assertTrue(q.enqueue("flood", now_ns=T0).queued)
+        held = [q.next_grant(now_ns=T0) for _ in range(4)]
+        self.assertTrue(q.enqueue("victim", now_ns=self.NOW - 2 * MS).queued)
+        return q, held
+
+    def test_a_flood_shows_its_depth_and_the_victim_its_short_wait(self):
+        q, _ = self.flooded()
+        s = q.status(k=10, now_ns=self.NOW)
+        self.assertEqual((s.enabled, s.in_flight, s.max_in_flight, s.seats_in_flight),
+                         (True, 4, 4, None))
+        self.assertEqual((s.queued, s.queue_capacity, s.busy_tenants, s.order),
+                         (297, 4096, 2, "depth"))
+        self.assertEqual(len(s.tenants), 2, s.tenants)
+        flood, victim = s.tenants
+        self.assertEqual((flood.tenant_key, flood.name, flood.tier),
+                         (fairq.tenant_key("flood"), "flood", None))
+        self.assertEqual((flood.queued, flood.in_flight, flood.granted), (296, 4, 4))
+        self.assertEqual(flood.oldest_wait_ns, 500 * MS, "queued at T0")
+        self.assertEqual((flood.state, flood.light, flood.parked_for_ns),
+                         ("backlogged", False, None))
+        self.assertEqual((victim.name, victim.queued, victim.in_flight), ("victim", 1, 0))
+        self.assertEqual(victim.oldest_wait_ns, 2 * MS)
+        self.assertEqual((victim.state, victim.light), ("light", True))
+        # By oldest wait the flood's head comes first too; cut to one row, the count is not.
+        s = q.status(k=1, order="oldest_wait", now_ns=self.NOW)
+        self.assertEqual(([t.name for t in s.tenants], s.order, s.busy_tenants),
+                         (["flood"], "oldest_wait", 2))
+        self.assertEqual(q.status(k=0, now_ns=self.NOW).tenants, [])
+
+    def test_after_the_flood_drains_the_rows_go(self):
+        q, held = self.flooded()
+        for g in held:
+            q.complete(g.ticket, now_ns=self.NOW)
+        held = []
+        while (g := q.next_grant(now_ns=self.NOW)) is not None:
+            self.assertFalse(g.expired)
+            held.append(g)
+            if len(held) == 4:
+                for g in held:
+                    q.complete(g.ticket, now_ns=self.NOW)
+                held = []
+        self.assertEqual(len(held), 1, "297 requests, 4 at a time")
+        s = q.status(now_ns=self.NOW)
+        self.assertEqual([(t.tenant_key, t.queued, t.in_flight, t.state) for t in s.tenants],
+                         [(held[0].tenant_key, 0, 1, "idle")], "a grant out keeps its row")
+        q.complete(held[0].ticket, now_ns=self.NOW)
+        s = q.status(now_ns=self.NOW)
+        self.assertEqual(s.tenants, [])
+        self.assertEqual((s.busy_tenants, s.queued, s.in_flight), (0, 0, 0))
+
+    def test_json_agrees_with_status_and_text_is_a_table(self):
+        q, _ = self.flooded()
+        s = q.status(k=10, now_ns=self.NOW)
+        j = json.loads(q.status_text(k=10, format="json", now_ns=self.NOW))
+        for field in ("enabled", "in_flight", "seats_in_flight", "max_in_flight", "queued",
+                      "queue_capacity", "busy_tenants", "weight_classes", "order"):
+            self.assertEqual(j[field], getattr(s, field), field)
+        self.assertEqual(j["pools"], [])
+        self.assertEqual(len(j["tenants"]), len(s.tenants))
+        for row, t in zip(j["tenants"], s.tenants):
+            self.assertEqual(int(row["tenant"], 16), t.tenant_key)
+            for field in ("name", "tier", "weight", "effective_weight", "queued", "in_flight",
+                          "granted", "oldest_wait_ns", "state", "parked_for_ns"):
+                self.assertEqual(row[field], getattr(t, field), field)
+        j = json.loads(q.status_text(k=1, order="oldest_wait", now_ns=self.NOW))
+        self.assertEqual((j["order"], [t["name"] for t in j["tenants"]]),
+                         ("oldest_wait", ["flood"]))
+        text = q.status_text(format="text", now_ns=self.NOW)
+        lines = text.splitlines()
+        self.assertEqual(len(lines), 4, text)  # totals, heading, two tenants
+        self.assertIn("queued 297/4096", lines[0])
+        self.assertTrue(lines[2].startswith("%016x" % fairq.tenant_key("flood")), text)
+        self.assertIn("backlogged", lines[2])
+        self.assertIn("victim", lines[3])
+        # Wider than any first guess: 60 tenants of 4 requests each.
+        for i in range(60):
+            for _ in range(4):
+                q.enqueue("tenant-%02d" % i, now_ns=self.NOW)
+        j = json.loads(q.status_text(k=100, now_ns=self.NOW))
+        self.assertEqual(len(j["tenants"]), 62)
+        self.assertEqual(j["tenants"][0]["name"], "flood")
+
+    def test_unknown_order_or_format_and_a_closed_engine_raise(self):
+        q, _ = self.flooded()
+        for call in (lambda: q.status(order="deepest"),
+                     lambda: q.status(order=7),
+                     lambda: q.status_text(order="deepest"),
+                     lambda: q.status_text(format="yaml"),
+                     lambda: q.status_text(format=9)):
+            with self.assertRaises(fairq.FairqError) as err:
+                call()
+            self.assertEqual(err.exception.status, fairq.ERR_INVALID_ARGUMENT)
+        self.assertEqual(q.status(order=fairq.STATUS_BY_OLDEST_WAIT).order, "oldest_wait")
+        q.close()
+        for call in (q.status, q.status_text):
+            with self.assertRaises(fairq.FairqError) as err:
+                call()
+            self.assertEqual(err.exception.status, fairq.ERR_NULL)
+
+    def test_names_only_for_raw_identifiers_tiers_and_parking(self):
+        with fairq.Engine(enabled=True, tiers={"gold": 8}) as q:
+            q.set_weight(fairq.tenant_key("keyed"), 2)
+            q.set_weight(b"bytes-id", 3)
+            q.set_tier("acme", "gold")
+            q.set_tier(fairq.tenant_key("keyed-gold"), "gold")
+            self.assertEqual(q.weight_of("bytes-id"), 3, "a raw id names the same key")
+            for name in ("keyed", "bytes-id", "acme", "keyed-gold"):
+                q.enqueue(name, now_ns=T0)
+            q.enqueue("acme", retry_after_ns=50 * MS, now_ns=T0)
+            rows = {t.tenant_key: t for t in q.status(now_ns=T0 + 10 * MS).tenants}
+            row = lambda name: rows[fairq.tenant_key(name)]
+            self.assertEqual((row("keyed").name, row("keyed").weight), (None, 2))
+            self.assertEqual((row("bytes-id").name, row("bytes-id").weight), ("bytes-id", 3))
+            self.assertEqual((row("acme").name, row("acme").tier, row("acme").weight),
+                             ("acme", "gold", 8))
+            self.assertEqual((row("keyed-gold").name, row("keyed-gold").tier), (None, "gold"))
+            # The first grant takes acme's ready head; its parked request is the head after.
+            granted = set()
+            while (g := q.next_grant(now_ns=T0 + 10 * MS)) is not None:
+                granted.add(g.tenant_key)
+            self.assertEqual(len(granted), 4)
+            acme = [t for t in q.status(now_ns=T0 + 20 * MS).tenants
+                    if t.tenant_key == fairq.tenant_key("acme")][0]
+            self.assertEqual(acme.state, "parked")
+            self.assertEqual(acme.parked_for_ns, 30 * MS, "its Retry-After ends at T0 + 50 ms")
 
 
 # ---------------------------------------------------------------------------- fleet mode
