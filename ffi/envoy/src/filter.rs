@@ -13,6 +13,7 @@ use crate::abi::{self, ConfigEnvoy, EnvoyBuffer, FilterEnvoy, ModuleBuffer, Modu
 use crate::admission::{Admission, Ended, Info, Queue, Waiter, Wake};
 use crate::config::Settings;
 use crate::stats::{Pending, Stats};
+use crate::status;
 
 /// A stream's Envoy scheduler: wakes its worker from any thread.
 pub struct Sched(abi::Scheduler);
@@ -43,17 +44,17 @@ pub struct Shared {
     pending: Pending,
 }
 
-/// One engine per distinct configuration per process: a reload that keeps the filter's
-/// configuration keeps its engine, with the permits and queues in it.
+/// One engine per distinct configuration per process (by `config::engine_key`): a reload that
+/// keeps the filter's configuration keeps its engine, with the permits and queues in it.
 static SHARED: Mutex<Vec<(Vec<u8>, Weak<Shared>)>> = Mutex::new(Vec::new());
 
-fn shared(text: &[u8], settings: &Settings) -> Result<Arc<Shared>, String> {
+fn shared(key: Vec<u8>, settings: &Settings) -> Result<Arc<Shared>, String> {
     // Main thread, at configuration time only.
     let mut all = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     all.retain(|(_, s)| s.strong_count() > 0);
     if let Some(s) = all
         .iter()
-        .find(|(t, _)| t.as_slice() == text)
+        .find(|(k, _)| *k == key)
         .and_then(|(_, s)| s.upgrade())
     {
         return Ok(s);
@@ -68,7 +69,7 @@ fn shared(text: &[u8], settings: &Settings) -> Result<Arc<Shared>, String> {
         queue: Queue::new(engine, settings.ticks).map_err(|e| e.to_string())?,
         pending: Pending::default(),
     });
-    all.push((text.to_vec(), Arc::downgrade(&shared)));
+    all.push((key, Arc::downgrade(&shared)));
     Ok(shared)
 }
 
@@ -82,7 +83,7 @@ pub struct FilterConfig {
 impl FilterConfig {
     pub fn new(envoy: ConfigEnvoy, text: &[u8]) -> Result<FilterConfig, String> {
         let settings = crate::config::parse(text)?;
-        let shared = shared(text, &settings)?;
+        let shared = shared(crate::config::engine_key(text), &settings)?;
         let stats = Stats::define(envoy)?;
         Ok(FilterConfig {
             settings,
@@ -252,6 +253,14 @@ impl Filter {
         if self.phase != Phase::Idle {
             return abi::HEADERS_CONTINUE;
         }
+        if let Some(path) = self.config().settings.status_path.as_deref() {
+            let (p, query) =
+                status::split(header(filter, abi::REQUEST_HEADER, ":path").unwrap_or(&[]));
+            if p == path.as_bytes() {
+                self.status(filter, query);
+                return abi::HEADERS_STOP_ITERATION;
+            }
+        }
         let tenant = self.tenant(filter);
         if let Some(key) = tenant {
             self.apply_tier(filter, key);
@@ -377,6 +386,26 @@ impl Filter {
         }
         self.phase = Phase::Idle;
         cfg.update();
+    }
+
+    /// Answers a request for `status_path` with the status dump (neither queued nor counted).
+    fn status(&self, filter: FilterEnvoy, query: &[u8]) {
+        let reply = status::answer(&self.config().shared.queue.engine, query);
+        let headers = [
+            ModuleHeader::new(b"content-type", reply.content_type.as_bytes()),
+            ModuleHeader::new(b"cache-control", b"no-store"),
+        ];
+        // SAFETY: live filter pointer on its worker; every buffer outlives the call.
+        unsafe {
+            abi::envoy_dynamic_module_callback_http_send_response(
+                filter,
+                reply.status,
+                headers.as_ptr(),
+                headers.len(),
+                ModuleBuffer::of(reply.body.as_bytes()),
+                ModuleBuffer::of(b"fairq_status"),
+            )
+        };
     }
 
     /// Answers with the refusal: status, Retry-After, the x-fair-queue-* headers, JSON body.

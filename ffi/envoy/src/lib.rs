@@ -18,3 +18,4 @@ mod filter;
 mod hooks;
 #[cfg(not(test))]
 mod stats;
+mod status;
