@@ -304,11 +304,16 @@ func (e *Engine) Enabled() (bool, error) {
 
 // SetWeight sets the weight (1..=10000) of the tenant with raw identifier raw.
 func (e *Engine) SetWeight(raw string, weight uint32) error {
-	key, err := TenantKey(raw)
-	if err != nil {
+	if _, err := TenantKey(raw); err != nil {
 		return err
 	}
-	return e.SetWeightKey(key, weight)
+	// By identifier, not by key: the engine keeps raw as the tenant's name in the status dump.
+	r, rn := cBytes(raw)
+	defer C.free(unsafe.Pointer(r))
+	_, err := e.call(func(p *C.fairq_engine) C.int32_t {
+		return C.fairq_set_weight(p, r, rn, C.uint32_t(weight))
+	})
+	return err
 }
 
 // SetWeightKey sets a tenant's weight by key.

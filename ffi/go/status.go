@@ -70,8 +70,8 @@ type QueueStatus struct {
 // not one instant's picture).
 type TenantStatus struct {
 	TenantKey uint64
-	// Name is the identifier the engine was given with the tenant's tier (SetTier) or weight
-	// (the C API's fairq_set_weight), "" when it was only given the key.
+	// Name is the identifier the engine was given with the tenant's weight (SetWeight) or tier
+	// (SetTier), "" when it was only given the key.
 	Name string
 	// Tier is the configured tier whose weight it has, "" when none.
 	Tier            string

@@ -199,6 +199,10 @@ func TestStatusNamesOnlyForRawIdentifiersParkingAndErrors(t *testing.T) {
 	if err := e.SetTier("acme", "gold"); err != nil {
 		t.Fatal(err)
 	}
+	named := mustKey(t, "named")
+	if err := e.SetWeight("named", 3); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.SetTierKey(keyedGold, "gold"); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +212,7 @@ func TestStatusNamesOnlyForRawIdentifiersParkingAndErrors(t *testing.T) {
 	if w, err := e.WeightOf(acme); err != nil || w != 8 {
 		t.Fatalf("a raw identifier names the same key: %d %v", w, err)
 	}
-	for _, k := range []uint64{keyed, acme, keyedGold} {
+	for _, k := range []uint64{keyed, acme, keyedGold, named} {
 		enqueueAt(t, e, Request{TenantKey: k}, t0)
 	}
 	enqueueAt(t, e, Request{TenantKey: acme, RetryAfterNs: 50 * ms}, t0)
@@ -225,6 +229,9 @@ func TestStatusNamesOnlyForRawIdentifiersParkingAndErrors(t *testing.T) {
 	if r := rows[keyedGold]; r.Name != "" || r.Tier != "gold" {
 		t.Fatalf("tier by key: %+v", r)
 	}
+	if r := rows[named]; r.Name != "named" || r.Weight != 3 {
+		t.Fatalf("weight by name: %+v", r)
+	}
 	// Grant every ready head: acme's second request, parked, becomes its head.
 	for n := 0; ; n++ {
 		_, ok, err := e.NextGrantAt(t0 + 10*ms)
@@ -232,7 +239,7 @@ func TestStatusNamesOnlyForRawIdentifiersParkingAndErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !ok {
-			if n != 3 {
+			if n != 4 {
 				t.Fatalf("%d grants", n)
 			}
 			break
