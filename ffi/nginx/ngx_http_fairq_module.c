@@ -75,6 +75,10 @@ typedef struct {
 /* The longest name= value: Prometheus labels are for people, not payloads. */
 #define NGX_HTTP_FAIRQ_NAME_MAX  128
 
+/* fairq_status: the tenants listed without ?k=, and the most ?k= lists. */
+#define NGX_HTTP_FAIRQ_STATUS_K      20
+#define NGX_HTTP_FAIRQ_STATUS_K_MAX  1000
+
 
 /* fairq_tier NAME WEIGHT and fairq_pool NAME MAX: a name and a number. */
 typedef struct {
@@ -188,6 +192,7 @@ static ngx_int_t ngx_http_fairq_send_refusal(ngx_http_request_t *r,
     ngx_http_fairq_ctx_t *ctx);
 static ngx_int_t ngx_http_fairq_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_fairq_metrics_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_fairq_status_handler(ngx_http_request_t *r);
 static void ngx_http_fairq_tick_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_fairq_builder(ngx_http_fairq_main_conf_t *fmcf,
     fairq_engine_builder **out, char *msg, size_t len);
@@ -217,6 +222,8 @@ static char *ngx_http_fairq_feedback(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_fairq_shed(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_fairq_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_fairq_check_range(ngx_conf_t *cf, void *post,
     void *data);
@@ -413,6 +420,13 @@ static ngx_command_t  ngx_http_fairq_commands[] = {
     { ngx_string("fairq_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_fairq_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("fairq_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_fairq_status,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -1648,6 +1662,135 @@ ngx_http_fairq_metrics_handler(ngx_http_request_t *r)
 }
 
 
+/*
+ * The status dump of this worker's engine (fairq_queue_status_text): JSON,
+ * {"worker":N,"pid":P,"status":<the engine's dump>}, or with ?format=text a line
+ * "worker N pid P" and the engine's table. ?k= (tenants listed, at most
+ * NGX_HTTP_FAIRQ_STATUS_K_MAX) and ?order=depth|oldest_wait; a value it cannot take answers 400.
+ */
+static ngx_int_t
+ngx_http_fairq_status_handler(ngx_http_request_t *r)
+{
+    size_t        needed, cap, head, k;
+    u_char       *buf, *p, *end;
+    int32_t       frc;
+    uint32_t      order, format;
+    ngx_int_t     rc, tries, n;
+    ngx_str_t     value, bad;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_fairq_worker.engine == NULL) {
+        return NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+
+    k = NGX_HTTP_FAIRQ_STATUS_K;
+    order = FAIRQ_STATUS_BY_DEPTH;
+    format = FAIRQ_STATUS_JSON;
+    ngx_str_null(&bad);
+
+    if (ngx_http_arg(r, (u_char *) "k", 1, &value) == NGX_OK) {
+        n = ngx_atoi(value.data, value.len);
+        if (n == NGX_ERROR) {
+            ngx_str_set(&bad, "invalid k: a whole number of tenants\n");
+        } else {
+            k = ngx_min((size_t) n, NGX_HTTP_FAIRQ_STATUS_K_MAX);
+        }
+    }
+
+    if (ngx_http_arg(r, (u_char *) "order", 5, &value) == NGX_OK) {
+        if (value.len == 5 && ngx_strncmp(value.data, "depth", 5) == 0) {
+            order = FAIRQ_STATUS_BY_DEPTH;
+        } else if (value.len == 11 && ngx_strncmp(value.data, "oldest_wait", 11) == 0) {
+            order = FAIRQ_STATUS_BY_OLDEST_WAIT;
+        } else {
+            ngx_str_set(&bad, "invalid order: depth or oldest_wait\n");
+        }
+    }
+
+    if (ngx_http_arg(r, (u_char *) "format", 6, &value) == NGX_OK) {
+        if (value.len == 4 && ngx_strncmp(value.data, "json", 4) == 0) {
+            format = FAIRQ_STATUS_JSON;
+        } else if (value.len == 4 && ngx_strncmp(value.data, "text", 4) == 0) {
+            format = FAIRQ_STATUS_TEXT;
+        } else {
+            ngx_str_set(&bad, "invalid format: json or text\n");
+        }
+    }
+
+    if (bad.len) {
+        r->headers_out.status = NGX_HTTP_BAD_REQUEST;
+        r->headers_out.content_length_n = bad.len;
+        ngx_str_set(&r->headers_out.content_type, "text/plain; charset=utf-8");
+        r->headers_out.content_type_len = r->headers_out.content_type.len;
+        r->headers_out.content_type_lowcase = NULL;
+
+        return ngx_http_fairq_send(r, bad.data, bad.data + bad.len);
+    }
+
+    /* The worker's line before the engine's dump, and the JSON's closing brace after it. */
+    head = sizeof("{\"worker\":,\"pid\":,\"status\":") - 1 + 2 * NGX_INT64_LEN;
+    needed = 0;
+    buf = NULL;
+    p = NULL;
+    frc = fairq_queue_status_text(ngx_http_fairq_worker.engine, order, k, format, NULL, 0,
+                                  &needed);
+
+    for (tries = 0; tries < 3; tries++) {
+        cap = needed + 1024;
+        buf = ngx_pnalloc(r->pool, head + cap + 2);
+        if (buf == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (format == FAIRQ_STATUS_JSON) {
+            p = ngx_sprintf(buf, "{\"worker\":%ui,\"pid\":%P,\"status\":", ngx_worker,
+                            ngx_pid);
+        } else {
+            p = ngx_sprintf(buf, "worker %ui pid %P\n", ngx_worker, ngx_pid);
+        }
+
+        frc = fairq_queue_status_text(ngx_http_fairq_worker.engine, order, k, format,
+                                      (char *) p, cap, &needed);
+        if (frc != FAIRQ_ERR_BUFFER_TOO_SMALL) {
+            break;
+        }
+    }
+
+    if (frc != FAIRQ_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "fairq_queue_status_text failed: %s", fairq_status_str(frc));
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    end = p + ngx_strlen(p);
+
+    if (format == FAIRQ_STATUS_JSON) {
+        *end++ = '}';
+        *end++ = LF;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = end - buf;
+    if (format == FAIRQ_STATUS_JSON) {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+    } else {
+        ngx_str_set(&r->headers_out.content_type, "text/plain; charset=utf-8");
+    }
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    return ngx_http_fairq_send(r, buf, end);
+}
+
+
 /* ------------------------------------------------------------------ configuration */
 
 
@@ -2320,6 +2463,22 @@ ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+static char *
+ngx_http_fairq_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t    *clcf;
+    ngx_http_fairq_main_conf_t  *fmcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_fairq_status_handler;
+
+    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_fairq_module);
+    fmcf->used = 1;
+
+    return NGX_CONF_OK;
+}
+
+
 static ngx_int_t
 ngx_http_fairq_cmp_names(const void *one, const void *two)
 {
@@ -2588,7 +2747,8 @@ ngx_http_fairq_init_process(ngx_cycle_t *cycle)
 {
     char                         msg[512];
     int32_t                      rc;
-    ngx_uint_t                   i;
+    uint64_t                     key;
+    ngx_uint_t                   i, api_keys;
     fairq_engine_builder        *builder;
     ngx_http_fairq_weight_t     *w;
     ngx_http_fairq_main_conf_t  *fmcf;
@@ -2621,10 +2781,24 @@ ngx_http_fairq_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    /*
+     * A weight set by identifier makes the identifier the tenant's name in fairq_status's dump.
+     * Where identifiers may be API keys (the rule of the names in /metrics), the weights go by
+     * tenant key instead, so that the dump never shows a configured key.
+     */
+    api_keys = fmcf->api_key_values || fmcf->tenant_dimension == FAIRQ_TENANT_DIM_API_KEY;
     w = fmcf->weights ? fmcf->weights->elts : NULL;
     for (i = 0; fmcf->weights && i < fmcf->weights->nelts; i++) {
-        rc = fairq_set_weight(ngx_http_fairq_worker.engine, (const char *) w[i].id.data,
-                              w[i].id.len, (uint32_t) w[i].weight);
+        if (api_keys) {
+            rc = fairq_tenant_key((const char *) w[i].id.data, w[i].id.len, &key);
+            if (rc == FAIRQ_OK) {
+                rc = fairq_set_weight_key(ngx_http_fairq_worker.engine, key,
+                                          (uint32_t) w[i].weight);
+            }
+        } else {
+            rc = fairq_set_weight(ngx_http_fairq_worker.engine, (const char *) w[i].id.data,
+                                  w[i].id.len, (uint32_t) w[i].weight);
+        }
         if (rc != FAIRQ_OK) {
             ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
                           "fairq_weight \"%V\" %ui: %s", &w[i].id, w[i].weight,

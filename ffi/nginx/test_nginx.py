@@ -27,11 +27,14 @@ each request for a random one of 100 tenants, to an upstream that answers at onc
 permits and through 4096 (nothing queues): p99 with 8 permits within 1.5x of the other (up to
 three attempts). The example: nginx.conf.example as example-conf.sh prints it passes nginx -t
 (as root and as nobody) and serves. Tenant names: configured tenants carry tenant_name in
-/metrics, every other tenant only its hashed key.
+/metrics, every other tenant only its hashed key. The status dump (fairq_status): under a flood
+from one tenant, the flood tenant first by depth and by oldest wait, an unconfigured victim with a
+short wait and no name, the worker's index and pid, the text table, 400 for bad arguments, 405,
+403 through deny and allow, no rows once the flood drains, and no API key ever shown as a name.
 
 Run: ffi/nginx/test.sh (builds the module first), or
      python3 ffi/nginx/test_nginx.py --module path/to/ngx_http_fairq_module.so
-     [--only abandoned|load|many-light|example|names]
+     [--only abandoned|load|many-light|example|names|status]
 """
 
 import argparse
@@ -1283,6 +1286,11 @@ async def example_conf(args, prefix, upstream_port):
         check(names == {"acme", None},
               f"example: /metrics names key-enterprise acme and key-pro by its hash only "
               f"({names})")
+        r, doc = await read_status(port)
+        check(r.status == 200 and doc is not None and doc["pid"] in worker_pids(proc.pid)
+              and doc["status"]["tenants"] == [] and b"key-" not in r.body,
+              f"example: /fairq/status answers this worker's dump, no tenant busy and no API "
+              f"key in it ({r.status} {r.body[:80]!r})")
     finally:
         await quit_nginx(proc, "example")
     bad = log_problems(os.path.join(sub, "logs", "error.log"))
@@ -1432,6 +1440,311 @@ async def tenant_names(args, prefix):
         check(test.returncode != 0 and "[emerg]" in said
               and ("invalid parameter" in said or "longer than 128" in said),
               f"names: nginx -t refuses `{weight[:40]}` ({said[:160]})")
+
+
+# ---------------------------------------------------------------------------------- status dump
+
+# worker_processes 1: each worker answers fairq_status for its own engine, so with several a
+# request could land on a worker that saw none of the flood. One worker makes every read
+# deterministic.
+STATUS_CONF = """\
+# Written by ffi/nginx/test_nginx.py.
+load_module {module};
+{user}
+worker_processes 1;
+daemon off;
+master_process on;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log info;
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+
+    fairq_tenant_dimension {dimension};
+    fairq_max_in_flight {in_flight};
+    fairq_queue_size 1024;
+    fairq_tenant_queue_size 128;
+    fairq_max_wait 30s;
+{weights}
+    upstream backend {{
+        server 127.0.0.1:{upstream_port};
+    }}
+
+    server {{
+        listen 127.0.0.1:{port};
+        fairq_tenant {tenant};
+
+        location /q/ {{
+            fairq on;
+            proxy_pass http://backend;
+        }}
+        location = /fairq/status {{
+            fairq_status;
+            allow 127.0.0.1;
+            deny all;
+        }}
+        location = /fairq/status-closed {{
+            fairq_status;
+            deny all;
+        }}
+    }}
+}}
+"""
+
+STATUS_IN_FLIGHT = 4
+STATUS_FLOOD_CONNS = 60     # tenant "flood": far more than the permits, so it queues deeply
+STATUS_VICTIM_CONNS = 2     # an unconfigured tenant sending a few at a time
+STATUS_SLEEP_MS = 100       # the upstream's service time for these requests
+STATUS_FLOOD_S = 4.0
+STATUS_READ_AT_S = 2.0      # the dump is read this far into the flood
+STATUS_VICTIM_WAIT_MS = 500
+STATUS_SAMPLES = 20
+NS_PER_MS = 1_000_000
+
+
+def status_nginx(args, prefix, upstream_port, dimension, tenant, weights):
+    os.makedirs(prefix, exist_ok=True)
+    os.chmod(prefix, 0o755)
+    port = free_port()
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    conf = os.path.join(prefix, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(STATUS_CONF.format(module=os.path.abspath(args.module), user=user,
+                                   prefix=prefix, dimension=dimension, tenant=tenant,
+                                   in_flight=STATUS_IN_FLIGHT,
+                                   weights="".join(f"    {w}\n" for w in weights),
+                                   upstream_port=upstream_port, port=port))
+    return port, conf
+
+
+async def raw_http(port, method, path, source=None):
+    """One request on its own connection (Connection: close), from `source` if given: (status,
+    headers, body)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, local_addr=(source, 0) if source else None)
+    try:
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: fairq.test\r\nContent-Length: 0\r\n"
+                     f"Connection: close\r\n\r\n".encode())
+        data = await reader.read()
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in
+               (line.split(":", 1) for line in lines if ":" in line)}
+    return int(status_line.split(" ")[1]), headers, body
+
+
+async def loop_header(port, path, header, value, conns, until, out):
+    """`conns` connections sending requests with `header: value` back to back until `until`."""
+
+    async def worker():
+        conn = Conn(port)
+        try:
+            while time.monotonic() < until:
+                out.append(await conn.request(path, {header: value}))
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(conns)))
+
+
+async def read_status(port, query=""):
+    """GET /fairq/status[?query]: (the response, its JSON or None)."""
+    r = await one(port, "/fairq/status" + query)
+    try:
+        doc = json.loads(r.body)
+    except ValueError:
+        doc = None
+    return r, doc
+
+
+async def status_dump(args, prefix, upstream_port):
+    """fairq_status under a flood: the flood tenant first with a deep queue, an unconfigured
+    victim with a short wait and no name, the worker's identity; text, orders, k, bad
+    arguments, methods, allow/deny; the rows gone once the flood drains. Then, where
+    identifiers may be API keys, a configured key is never shown as a name."""
+    print(f"- fairq_status: tenant flood ({STATUS_FLOOD_CONNS} conns) and an unconfigured "
+          f"victim ({STATUS_VICTIM_CONNS} conns) through {STATUS_IN_FLIGHT} permits", flush=True)
+    sub = os.path.join(prefix, "status")
+    port, conf = status_nginx(args, sub, upstream_port, "user", "$http_x_user",
+                              ["fairq_weight flood 2;"])
+    proc = subprocess.Popen([args.nginx, "-p", sub, "-c", conf])
+    try:
+        await wait_port(port)
+        pid = (await wait_workers(proc.pid))[0]
+
+        r, doc = await read_status(port)
+        check(r.status == 200 and r.headers.get("content-type") == "application/json"
+              and doc is not None,
+              f"status: idle, 200 application/json ({r.status} {r.headers.get('content-type')})")
+        if doc is None:
+            return
+        check(set(doc) == {"worker", "pid", "status"} and doc["worker"] == 0
+              and doc["pid"] == pid,
+              f"status: worker 0 and the worker's pid {pid} "
+              f"({ {k: v for k, v in doc.items() if k != 'status'} })")
+        st = doc["status"]
+        check(st["tenants"] == [] and st["in_flight"] == 0 and st["queued"] == 0
+              and st["max_in_flight"] == STATUS_IN_FLIGHT and st["order"] == "depth",
+              f"status: idle engine, no tenant listed, max_in_flight {STATUS_IN_FLIGHT} "
+              f"({ {k: v for k, v in st.items() if k != 'tenants'} }, {len(st['tenants'])} rows)")
+
+        flood, victim = [], []
+        until = time.monotonic() + STATUS_FLOOD_S
+        path = f"/q/x?sleep={STATUS_SLEEP_MS}"
+        traffic = asyncio.gather(
+            loop_header(port, path, "X-User", "flood", STATUS_FLOOD_CONNS, until, flood),
+            loop_header(port, path, "X-User", "victim-7", STATUS_VICTIM_CONNS, until, victim))
+        await asyncio.sleep(STATUS_READ_AT_S)
+
+        r, doc = await read_status(port, "?k=5")
+        rows = doc["status"]["tenants"] if doc else []
+        print(f"  dump at {STATUS_READ_AT_S:.0f} s: "
+              + (json.dumps({k: v for k, v in doc["status"].items() if k != "tenants"})
+                 if doc else r.body[:200].decode("latin-1")), flush=True)
+        for row in rows:
+            print(f"    {row}", flush=True)
+        check(r.status == 200 and doc is not None and doc["worker"] == 0 and doc["pid"] == pid,
+              f"status under the flood: 200 with worker 0 and pid {pid}")
+        top = rows[0] if rows else {}
+        check(top.get("name") == "flood" and top.get("queued", 0) > 0
+              and top.get("weight") == 2 and top.get("state") == "backlogged",
+              f"status ?k=5: the flood tenant first, named by its fairq_weight identifier, "
+              f"weight 2, queued > 0, backlogged ({top})")
+        check(doc is not None and 1 <= len(rows) <= 5
+              and doc["status"]["in_flight"] == STATUS_IN_FLIGHT
+              and doc["status"]["queued"] >= top.get("queued", 1)
+              and doc["status"]["busy_tenants"] >= len(rows),
+              f"status ?k=5: at most 5 rows, every permit out, totals cover the rows")
+        others = rows[1:]
+        check(all(row["name"] is None for row in others) and b"victim-7" not in r.body,
+              f"status: the unconfigured victim has no name and its identifier is not in the "
+              f"dump ({[row['name'] for row in others]})")
+        # The victim's row is there only while it has a request queued or in flight, and its
+        # wait is 0 unless one is queued: read a few dumps for a wait to compare.
+        waits, flood_waits = [], []
+        for _ in range(STATUS_SAMPLES):
+            _, d = await read_status(port, "?k=5")
+            for row in d["status"]["tenants"] if d else []:
+                (flood_waits if row["name"] == "flood" else waits).append(
+                    row["oldest_wait_ns"] / NS_PER_MS)
+            await asyncio.sleep(0.03)
+        check(waits and flood_waits and max(waits) < STATUS_VICTIM_WAIT_MS
+              and max(waits) < min(flood_waits),
+              f"status: over {STATUS_SAMPLES} dumps the victim's oldest_wait_ns stays under "
+              f"{STATUS_VICTIM_WAIT_MS} ms and under the flood's (victim max "
+              f"{max(waits, default=0):.1f} ms in {len(waits)} rows, "
+              f"{sum(1 for w in waits if w > 0)} with one queued; flood min "
+              f"{min(flood_waits, default=0):.0f} ms)", timing=True)
+
+        r, doc = await read_status(port, "?order=oldest_wait&k=1")
+        rows = doc["status"]["tenants"] if doc else []
+        check(r.status == 200 and doc["status"]["order"] == "oldest_wait" and len(rows) == 1
+              and rows[0]["name"] == "flood",
+              f"status ?order=oldest_wait&k=1: one row, the flood tenant "
+              f"({[row['name'] for row in rows]})")
+
+        r = await one(port, "/fairq/status?format=text")
+        lines = r.body.decode().splitlines()
+        print("".join(f"    | {line}\n" for line in lines), end="", flush=True)
+        header = next((line for line in lines if line.startswith("tenant ")), "")
+        flood_line = next((line for line in lines if " flood " in line), "")
+        check(r.status == 200 and r.headers.get("content-type", "").startswith("text/plain")
+              and lines and lines[0] == f"worker 0 pid {pid}"
+              and header.split()[:3] == ["tenant", "name", "weight"]
+              and flood_line.split()[-1] == "backlogged",
+              f"status ?format=text: text/plain, 'worker 0 pid {pid}', a table with a "
+              f"backlogged flood row ({r.status} {r.headers.get('content-type')}, "
+              f"{lines[:1]}, {flood_line.strip()!r})")
+
+        await traffic
+        statuses = collections.Counter(x.status for x in flood + victim)
+        check(set(statuses) == {200} and victim,
+              f"status: every flood and victim request served ({dict(statuses)}, "
+              f"{len(victim)} of the victim)")
+
+        # The flood's clients stopped sending; what they left queued drains. The dump lists
+        # only tenants with requests queued or in flight.
+        deadline = time.monotonic() + 10
+        while True:
+            r, doc = await read_status(port)
+            st = doc["status"] if doc else {}
+            if (st.get("tenants") == [] and st.get("queued") == 0) \
+                    or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        check(st.get("tenants") == [] and st.get("queued") == 0 and st.get("in_flight") == 0,
+              f"status after the flood drains: no tenant listed, nothing queued or in flight "
+              f"({len(st.get('tenants', []))} rows, queued {st.get('queued')})")
+
+        for query, word in (("?k=abc", b"k"), ("?k=-1", b"k"), ("?k=", b"k"),
+                            ("?order=size", b"order"), ("?format=xml", b"format")):
+            status, headers, body = await raw_http(port, "GET", "/fairq/status" + query)
+            check(status == 400 and headers.get("content-type", "").startswith("text/plain")
+                  and body.startswith(b"invalid " + word),
+                  f"status {query}: 400 ({status} {body.strip()[:60]!r})")
+        status, _, body = await raw_http(port, "GET", "/fairq/status?k=100000&format=json")
+        check(status == 200 and json.loads(body)["status"]["tenants"] == [],
+              f"status ?k=100000 (capped): 200 ({status})")
+        status, headers, body = await raw_http(port, "HEAD", "/fairq/status")
+        check(status == 200 and headers.get("content-type") == "application/json"
+              and body == b"",
+              f"status: HEAD answers 200 without a body ({status}, {len(body)} bytes)")
+        status, _, _ = await raw_http(port, "POST", "/fairq/status")
+        check(status == 405, f"status: POST answers 405 ({status})")
+        status, _, _ = await raw_http(port, "GET", "/fairq/status-closed")
+        check(status == 403, f"status: a location with deny all answers 403 ({status})")
+        try:
+            status, _, _ = await raw_http(port, "GET", "/fairq/status", source="127.0.0.2")
+            check(status == 403, f"status: allow 127.0.0.1 refuses a client from 127.0.0.2 "
+                                 f"with 403 ({status})")
+        except OSError as e:
+            print(f"  not checked: a client from 127.0.0.2 ({e})", flush=True)
+    finally:
+        await quit_nginx(proc, "status")
+    bad = log_problems(os.path.join(sub, "error.log"))
+    check(not bad, "status: error log has no alerts or crashes"
+          + "".join("\n      " + line for line in bad[:5]))
+
+    print("- fairq_status where identifiers are API keys", flush=True)
+    sub = os.path.join(prefix, "status-keys")
+    port, conf = status_nginx(args, sub, upstream_port, "api_key", "$http_x_api_key",
+                              ["fairq_weight key-gold-secret 3;"])
+    proc = subprocess.Popen([args.nginx, "-p", sub, "-c", conf])
+    try:
+        await wait_port(port)
+        await wait_workers(proc.pid)
+        # Held requests: more than the permits, so both tenants have rows.
+        held = [asyncio.create_task(one(port, "/q/x?sleep=1500", key))
+                for key in ["key-gold-secret"] * 4 + ["key-anon-secret"] * 3]
+        await asyncio.sleep(0.5)
+        r, doc = await read_status(port)
+        rows = doc["status"]["tenants"] if doc else []
+        text = (await one(port, "/fairq/status?format=text")).body
+        check(r.status == 200 and sorted(row["weight"] for row in rows) == [1, 3]
+              and all(row["name"] is None for row in rows),
+              f"status, API keys: the configured key (weight 3) and the other listed, neither "
+              f"named ({[(row['weight'], row['name']) for row in rows]})")
+        check(b"secret" not in r.body and b"secret" not in text,
+              "status, API keys: no key appears in the JSON or the text dump")
+        statuses = collections.Counter(x.status for x in await asyncio.gather(*held))
+        check(set(statuses) == {200}, f"status, API keys: the held requests served "
+                                      f"({dict(statuses)})")
+    finally:
+        await quit_nginx(proc, "status, API keys")
+    bad = log_problems(os.path.join(sub, "error.log"))
+    check(not bad, "status, API keys: error log has no alerts or crashes"
+          + "".join("\n      " + line for line in bad[:5]))
 
 
 # ---------------------------------------------------------------------------------- fleet mode
@@ -1743,6 +2056,8 @@ async def run(args):
                 await example_conf(args, prefix, upstream_port)
             if "names" in args.only:
                 await tenant_names(args, prefix)
+            if "status" in args.only:
+                await status_dump(args, prefix, upstream_port)
             return
 
         tally, health = Tally(), []
@@ -1865,6 +2180,7 @@ async def run(args):
 
         await example_conf(args, prefix, upstream_port)
         await tenant_names(args, prefix)
+        await status_dump(args, prefix, upstream_port)
         await fleet_scenarios(args, prefix, upstream_port)
     finally:
         if nginx is not None:
@@ -1895,7 +2211,7 @@ def main():
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--keep", action="store_true", help="keep the temporary prefix")
     ap.add_argument("--only", action="append",
-                    choices=["abandoned", "load", "many-light", "example", "names"],
+                    choices=["abandoned", "load", "many-light", "example", "names", "status"],
                     help="run only this scenario (repeatable), not the whole test")
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
