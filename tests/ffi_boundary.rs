@@ -74,6 +74,9 @@ unsafe fn call_all(engine: *const fairq_engine) -> Vec<(&'static str, i32)> {
     let (mut a, mut b, mut n) = (0u64, 0u64, 0usize);
     let (mut w, mut flag) = (0u32, false);
     let mut buf = [0 as std::os::raw::c_char; 64];
+    let mut totals = fairq_status_totals::default();
+    // SAFETY: plain integers and bytes, for which all zeros is a value.
+    let mut rows: [fairq_tenant_status; 2] = unsafe { std::mem::zeroed() };
     // SAFETY: every pointer below is NULL-free local storage; `engine` per the contract above.
     unsafe {
         vec![
@@ -125,6 +128,22 @@ unsafe fn call_all(engine: *const fairq_engine) -> Vec<(&'static str, i32)> {
                 "metrics_prometheus",
                 fairq_metrics_prometheus(engine, buf.as_mut_ptr(), buf.len(), &mut n),
             ),
+            (
+                "queue_status",
+                fairq_queue_status(engine, 0, &mut totals, rows.as_mut_ptr(), 2, &mut n),
+            ),
+            (
+                "queue_status_at",
+                fairq_queue_status_at(engine, 1, 1, &mut totals, rows.as_mut_ptr(), 2, &mut n),
+            ),
+            (
+                "queue_status_text",
+                fairq_queue_status_text(engine, 0, 2, 0, buf.as_mut_ptr(), buf.len(), &mut n),
+            ),
+            (
+                "queue_status_text_at",
+                fairq_queue_status_text_at(engine, 1, 2, 1, 1, buf.as_mut_ptr(), buf.len(), &mut n),
+            ),
         ]
     }
 }
@@ -169,6 +188,93 @@ fn live_engine_answers_every_function() {
     }
     // SAFETY: last use.
     unsafe { fairq_engine_free(engine) };
+}
+
+/// The status dump with a random `order` and `format` (the known ones are 0 and 1), a random
+/// row count and buffer length: an unknown code is `FAIRQ_ERR_INVALID_ARGUMENT` with nothing
+/// written; a known one fills the rows, or the buffer or `needed` alone when it is too short.
+///
+/// # Safety
+/// `engine` is a live engine.
+unsafe fn status_dump_with_random_codes(engine: *mut fairq_engine, rng: &mut Rng, now: u64) {
+    const UNTOUCHED: usize = 0xA5A5;
+    let order = (rng.next() % 4) as u32;
+    let format = (rng.next() % 4) as u32;
+    let known = order <= 1 && format <= 1;
+    let mut totals = fairq_status_totals::default();
+    let mut poisoned = std::mem::MaybeUninit::<fairq_tenant_status>::uninit();
+    // SAFETY: plain integers and bytes, for which any bit pattern is a value.
+    let poisoned = unsafe {
+        poisoned.as_mut_ptr().write_bytes(0xA5, 1);
+        poisoned.assume_init()
+    };
+    let mut rows = [poisoned; 4];
+    let cap = (rng.next() % 5) as usize;
+    let mut count = UNTOUCHED;
+    // SAFETY: a live engine (the caller's contract) and local storage for `cap <= 4` rows.
+    let s = unsafe {
+        fairq_queue_status_at(
+            engine,
+            order,
+            now,
+            &mut totals,
+            rows.as_mut_ptr(),
+            cap,
+            &mut count,
+        )
+    };
+    if order <= 1 {
+        assert_eq!(s, FAIRQ_OK);
+        assert!(
+            count <= cap && count as u64 <= totals.busy_tenants,
+            "{count}"
+        );
+        for row in &rows[..count] {
+            assert!(
+                row.tenant_key != 0 && row.queued + row.in_flight > 0,
+                "{row:?}"
+            );
+        }
+        assert!(rows[count..].iter().all(|r| *r == poisoned));
+    } else {
+        assert_eq!(s, FAIRQ_ERR_INVALID_ARGUMENT);
+        assert_eq!(count, UNTOUCHED);
+        assert_eq!(totals, fairq_status_totals::default());
+        assert!(rows.iter().all(|r| *r == poisoned));
+    }
+
+    let mut buf = [0x5a as std::os::raw::c_char; 2048];
+    let len = rng.next() as usize % (buf.len() + 1);
+    let mut needed = UNTOUCHED;
+    let k = (rng.next() % 6) as usize;
+    // SAFETY: a live engine and a local buffer of at least `len` bytes.
+    let s = unsafe {
+        fairq_queue_status_text_at(
+            engine,
+            order,
+            k,
+            format,
+            now,
+            buf.as_mut_ptr(),
+            len,
+            &mut needed,
+        )
+    };
+    let untouched = buf.iter().all(|&b| b == 0x5a);
+    match s {
+        FAIRQ_OK => {
+            assert!(
+                known && needed <= len && buf[needed - 1] == 0,
+                "{needed} {len}"
+            );
+            assert!(buf[..needed - 1].iter().all(|&b| b != 0));
+        }
+        FAIRQ_ERR_BUFFER_TOO_SMALL => assert!(known && needed > len && untouched),
+        _ => {
+            assert_eq!(s, FAIRQ_ERR_INVALID_ARGUMENT);
+            assert!(!known && needed == UNTOUCHED && untouched);
+        }
+    }
 }
 
 #[test]
@@ -275,6 +381,7 @@ fn random_tickets_codes_and_lengths_never_break_the_books() {
                     assert!(needed > 32);
                     assert!(!fairq_status_str(rng.next() as i32).is_null());
                     assert!(!fairq_reason_str(rng.next() as u32).is_null());
+                    status_dump_with_random_codes(engine, &mut rng, now);
                 }
             }
         }

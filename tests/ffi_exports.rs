@@ -91,6 +91,10 @@ fn shared_library_exports_exactly_the_header_functions() {
         "fairq_metrics_prometheus",
         "fairq_status_str",
         "fairq_reason_str",
+        "fairq_queue_status",
+        "fairq_queue_status_at",
+        "fairq_queue_status_text",
+        "fairq_queue_status_text_at",
     ] {
         assert!(declared.contains(fixed), "header lacks {fixed}");
     }
@@ -197,6 +201,14 @@ fn header_promises_thread_safety_and_the_fixed_names() {
         "#define FAIRQ_ERR_NULL (-1)",
         "#define FAIRQ_REASON_CANCELLED 9",
         "#define FAIRQ_DIM_STORE 7",
+        "#define FAIRQ_STATUS_BY_DEPTH 0",
+        "#define FAIRQ_STATUS_BY_OLDEST_WAIT 1",
+        "#define FAIRQ_STATUS_JSON 0",
+        "#define FAIRQ_STATUS_TEXT 1",
+        "#define FAIRQ_STATUS_NAME_LEN 64",
+        "#define FAIRQ_STATUS_TIER_LEN 40",
+        "typedef struct fairq_status_totals {",
+        "typedef struct fairq_tenant_status {",
     ] {
         assert!(header.contains(name), "header lacks `{name}`");
     }
@@ -222,6 +234,9 @@ int main(void) {
     S(fairq_stats); O(fairq_stats, refused);
     S(fairq_identity); O(fairq_identity, team_is_placeholder);
     S(fairq_weight_entry); O(fairq_weight_entry, weight);
+    S(fairq_status_totals); O(fairq_status_totals, max_in_flight); O(fairq_status_totals, seats);
+    S(fairq_tenant_status); O(fairq_tenant_status, weight); O(fairq_tenant_status, parked);
+    O(fairq_tenant_status, name); O(fairq_tenant_status, tier);
 #if defined(FAIRQ_FLEET)
     S(fairq_fleet_config); O(fairq_fleet_config, period_ms); O(fairq_fleet_config, smoothing);
     O(fairq_fleet_config, top_k);
@@ -296,6 +311,32 @@ int main(void) {
         (
             "fairq_weight_entry.weight",
             offset_of!(fairq_weight_entry, weight),
+        ),
+        ("fairq_status_totals", size_of::<fairq_status_totals>()),
+        (
+            "fairq_status_totals.max_in_flight",
+            offset_of!(fairq_status_totals, max_in_flight),
+        ),
+        (
+            "fairq_status_totals.seats",
+            offset_of!(fairq_status_totals, seats),
+        ),
+        ("fairq_tenant_status", size_of::<fairq_tenant_status>()),
+        (
+            "fairq_tenant_status.weight",
+            offset_of!(fairq_tenant_status, weight),
+        ),
+        (
+            "fairq_tenant_status.parked",
+            offset_of!(fairq_tenant_status, parked),
+        ),
+        (
+            "fairq_tenant_status.name",
+            offset_of!(fairq_tenant_status, name),
+        ),
+        (
+            "fairq_tenant_status.tier",
+            offset_of!(fairq_tenant_status, tier),
         ),
     ];
     #[cfg(feature = "fleet")]

@@ -454,6 +454,20 @@ struct Export {
 
 /// Entries of `fairq_indicators` the out-parameter slot holds.
 const TOP_CAP: usize = 512 / std::mem::size_of::<fairq_indicators>();
+/// Rows of `fairq_tenant_status` the out-parameter slot holds.
+const STATUS_CAP: usize = 512 / std::mem::size_of::<fairq_tenant_status>();
+/// An `order` and a `format` no status dump knows.
+const BAD_ORDER: u32 = 2;
+const BAD_FORMAT: u32 = 2;
+
+/// `fairq_queue_status`'s totals and count, both in the second slot (the rows fill the first).
+/// One pointer into the slot, offset: a second borrow of it would end the first's (Miri).
+fn totals_and_count(f: &mut Fixture) -> (*mut fairq_status_totals, *mut usize) {
+    const COUNT_AT: usize = 256;
+    const _: () = assert!(std::mem::size_of::<fairq_status_totals>() <= COUNT_AT);
+    let slot = f.outs[1].out::<u8>();
+    (slot.cast(), slot.wrapping_add(COUNT_AT).cast())
+}
 
 /// The engine handle, good or bad. A misaligned one points into the live engine itself, so a
 /// read through it would be a read of real memory at the wrong alignment (Miri reports it).
@@ -1223,6 +1237,75 @@ fn exports() -> Vec<Export> {
                 let count = a.mut_ptr(2, f.outs[1].out::<usize>());
                 let cap = a.val(TOP_CAP, usize::MAX / 2);
                 Some(unsafe { fairq_fairness_top_at(handle(f, a), NOW, out, cap, count) })
+            },
+        },
+        Export {
+            name: "fairq_queue_status",
+            pointers: &[
+                ("engine", Handle),
+                ("totals", Optional),
+                ("rows", Required),
+                ("count", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let order = a.val(FAIRQ_STATUS_BY_DEPTH, BAD_ORDER);
+                let (totals, count) = totals_and_count(f);
+                let totals = a.mut_ptr(1, totals);
+                let rows = a.mut_ptr(2, f.outs[0].out::<fairq_tenant_status>());
+                let count = a.mut_ptr(3, count);
+                Some(unsafe {
+                    fairq_queue_status(handle(f, a), order, totals, rows, STATUS_CAP, count)
+                })
+            },
+        },
+        Export {
+            name: "fairq_queue_status_at",
+            pointers: &[
+                ("engine", Handle),
+                ("totals", Optional),
+                ("rows", Required),
+                ("count", Required),
+            ],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let order = a.val(FAIRQ_STATUS_BY_OLDEST_WAIT, BAD_ORDER);
+                let (totals, count) = totals_and_count(f);
+                let totals = a.mut_ptr(1, totals);
+                let rows = a.mut_ptr(2, f.outs[0].out::<fairq_tenant_status>());
+                let count = a.mut_ptr(3, count);
+                let e = handle(f, a);
+                Some(unsafe {
+                    fairq_queue_status_at(e, order, NOW, totals, rows, STATUS_CAP, count)
+                })
+            },
+        },
+        Export {
+            name: "fairq_queue_status_text",
+            pointers: &[("engine", Handle), ("buf", Required), ("needed", Optional)],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let order = a.val(FAIRQ_STATUS_BY_DEPTH, BAD_ORDER);
+                let len = f.text.len();
+                let buf = a.mut_ptr(1, f.text.as_mut_ptr().cast::<c_char>());
+                let needed = a.mut_ptr(2, f.outs[1].out::<usize>());
+                let (e, json) = (handle(f, a), FAIRQ_STATUS_JSON);
+                Some(unsafe { fairq_queue_status_text(e, order, 8, json, buf, len, needed) })
+            },
+        },
+        Export {
+            name: "fairq_queue_status_text_at",
+            pointers: &[("engine", Handle), ("buf", Required), ("needed", Optional)],
+            bad_values: Some(FAIRQ_ERR_INVALID_ARGUMENT),
+            call: |f, a| {
+                let format = a.val(FAIRQ_STATUS_TEXT, BAD_FORMAT);
+                let len = f.text.len();
+                let buf = a.mut_ptr(1, f.text.as_mut_ptr().cast::<c_char>());
+                let needed = a.mut_ptr(2, f.outs[1].out::<usize>());
+                let (e, order) = (handle(f, a), FAIRQ_STATUS_BY_DEPTH);
+                Some(unsafe {
+                    fairq_queue_status_text_at(e, order, 8, format, NOW, buf, len, needed)
+                })
             },
         },
     ]

@@ -736,6 +736,203 @@ static void test_light_lane_serves_a_returning_tenant_first(void) {
     assert(!light_tenant_served_first(1, false));
 }
 
+/* ------------------------------------------------------------------ the status dump */
+
+/* Whether every byte of `p[0..n]` is still `poison`. */
+static bool untouched(const void *p, size_t n, unsigned char poison) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != poison) return false;
+    return true;
+}
+
+static bool starts_with(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The JSON or text dump at `now` into a buffer of exactly the size it asks for (freed by the
+ * caller), after checking that one byte less is refused and left untouched. */
+static char *status_text(fairq_engine *e, uint32_t order, size_t k, uint32_t format,
+                         uint64_t now) {
+    size_t needed = 0;
+    assert(fairq_queue_status_text_at(e, order, k, format, now, NULL, 0, &needed) ==
+           FAIRQ_ERR_BUFFER_TOO_SMALL);
+    assert(needed > 1);
+    char *buf = malloc(needed);
+    assert(buf);
+    memset(buf, 0xA5, needed);
+    size_t again = 0;
+    assert(fairq_queue_status_text_at(e, order, k, format, now, buf, needed - 1, &again) ==
+           FAIRQ_ERR_BUFFER_TOO_SMALL);
+    assert(again == needed && untouched(buf, needed, 0xA5));
+    assert(fairq_queue_status_text_at(e, order, k, format, now, buf, needed, &again) == FAIRQ_OK);
+    assert(again == needed && strlen(buf) == needed - 1);
+    return buf;
+}
+
+/* A flood from one tenant (300 requests, 4 grants out and held) and a victim with one request
+ * queued 2 ms before `now`: the dump shows the flood first with its depth, the victim with its
+ * short wait, both under the names their weights were set with; once the flood is drained and
+ * completed the rows go. */
+static void test_status_dump_shows_a_flood_and_its_victim(void) {
+    fairq_config c = enabled_config();
+    c.max_tenants = 64;
+    c.tenant_queue_capacity = 512;
+    c.queue_capacity = 4096;
+    c.max_in_flight = 4;
+    fairq_engine_builder *b = new_builder(c);
+    fairq_engine *e = build(b);
+    fairq_engine_builder_free(b);
+    const uint64_t now = T0 + 500 * MS;
+    uint64_t flood = key_of("flood"), victim = key_of("victim");
+    assert(fairq_set_weight(e, STR("flood"), 1) == FAIRQ_OK);
+    assert(fairq_set_weight(e, STR("victim"), 1) == FAIRQ_OK);
+    for (int i = 0; i < 300; i++) enqueue(e, flood, (uint64_t)i, T0);
+    uint64_t out[4];
+    size_t held = 0;
+    for (; held < 4; held++) out[held] = grant(e, T0).ticket;
+    enqueue(e, victim, 1000, now - 2 * MS);
+
+    fairq_status_totals totals;
+    fairq_tenant_status rows[4];
+    size_t count = 99;
+    memset(rows, 0xA5, sizeof rows);
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_DEPTH, now, &totals, rows, 4, &count) ==
+           FAIRQ_OK);
+    assert(count == 2);
+    assert(totals.enabled == 1 && totals.in_flight == 4 && totals.max_in_flight == 4);
+    assert(totals.queued == 297 && totals.queue_capacity == 4096 && totals.busy_tenants == 2);
+    assert(totals.seats == 0 && totals.seats_in_flight == 0 && totals.pools == 0);
+    assert(totals.weight_classes == 1);
+    const fairq_tenant_status *f = &rows[0], *v = &rows[1];
+    assert(f->tenant_key == flood && strcmp(f->name, "flood") == 0 && f->tier[0] == '\0');
+    assert(f->queued == 296 && f->in_flight == 4 && f->granted == 4);
+    assert(f->oldest_wait_ns == 500 * MS); /* its head was queued at T0 */
+    assert(f->weight == 1 && f->effective_weight == 1);
+    assert(f->light == 0 && f->parked == 0 && f->parked_for_ns == 0);
+    assert(v->tenant_key == victim && strcmp(v->name, "victim") == 0);
+    assert(v->queued == 1 && v->in_flight == 0 && v->granted == 0);
+    assert(v->oldest_wait_ns == 2 * MS);
+    assert(v->light == 1 && v->parked == 0); /* one request, nothing served yet */
+    assert(untouched(&rows[2], 2 * sizeof rows[0], 0xA5)); /* only `count` rows written */
+
+    /* By oldest wait the flood's head comes first too; one row asked for, both counted. */
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_OLDEST_WAIT, now, &totals, rows, 1,
+                                 &count) == FAIRQ_OK);
+    assert(count == 1 && rows[0].tenant_key == flood && totals.busy_tenants == 2);
+    /* Totals only. */
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_DEPTH, now, &totals, NULL, 0, &count) ==
+           FAIRQ_OK);
+    assert(count == 0 && totals.queued == 297);
+
+    /* Errors write nothing. */
+    count = 99;
+    memset(&totals, 0xA5, sizeof totals);
+    memset(rows, 0xA5, sizeof rows);
+    assert(fairq_queue_status_at(e, 2, now, &totals, rows, 4, &count) ==
+           FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_DEPTH, now, &totals, NULL, 1, &count) ==
+           FAIRQ_ERR_NULL);
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_DEPTH, now, &totals, rows, 4, NULL) ==
+           FAIRQ_ERR_NULL);
+    assert(fairq_queue_status_at(NULL, FAIRQ_STATUS_BY_DEPTH, now, &totals, rows, 4, &count) ==
+           FAIRQ_ERR_NULL);
+    assert(count == 99 && untouched(&totals, sizeof totals, 0xA5));
+    assert(untouched(rows, sizeof rows, 0xA5));
+
+    /* The JSON: sized by a first call, the flood's row before the victim's. */
+    char *json = status_text(e, FAIRQ_STATUS_BY_DEPTH, 10, FAIRQ_STATUS_JSON, now);
+    assert(starts_with(json, "{\"enabled\":true,\"in_flight\":4,"));
+    assert(strstr(json, "\"queued\":297,") && strstr(json, "\"order\":\"depth\""));
+    const char *fj = strstr(json, "{\"tenant\":"), *vj = strstr(json, "\"name\":\"victim\"");
+    assert(fj && vj && fj < vj);
+    assert(starts_with(strstr(fj, "\"name\":"), "\"name\":\"flood\","));
+    assert(strstr(fj, "\"queued\":296,\"in_flight\":4,\"granted\":4,"));
+    assert(strstr(vj, "\"oldest_wait_ns\":2000000,\"state\":\"light\""));
+    free(json);
+    json = status_text(e, FAIRQ_STATUS_BY_OLDEST_WAIT, 1, FAIRQ_STATUS_JSON, now);
+    assert(strstr(json, "\"order\":\"oldest_wait\"") && strstr(json, "\"name\":\"flood\""));
+    assert(!strstr(json, "victim")); /* k = 1 */
+    free(json);
+
+    /* The text table: the totals, a header line, a line per tenant, flood first. */
+    char *table = status_text(e, FAIRQ_STATUS_BY_DEPTH, 10, FAIRQ_STATUS_TEXT, now);
+    assert(starts_with(table, "enabled true  in flight 4/4  queued 297/4096  busy tenants 2"));
+    const char *header = strstr(table, "\ntenant ");
+    const char *ft = strstr(table, " flood "), *vt = strstr(table, " victim ");
+    assert(header && ft && vt && header < ft && ft < vt);
+    assert(strstr(ft, "backlogged") && strstr(vt, "light"));
+    int lines = 0;
+    for (const char *p = table; *p; p++) lines += *p == '\n';
+    assert(lines == 4);
+    free(table);
+
+    /* Unknown order or format, a NULL buffer with a length: nothing written. */
+    char buf[64];
+    size_t needed = 12345;
+    memset(buf, 0xA5, sizeof buf);
+    assert(fairq_queue_status_text_at(e, FAIRQ_STATUS_BY_DEPTH, 10, 2, now, buf, sizeof buf,
+                                      &needed) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_queue_status_text_at(e, 2, 10, FAIRQ_STATUS_JSON, now, buf, sizeof buf,
+                                      &needed) == FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_queue_status_text(e, 7, 10, FAIRQ_STATUS_TEXT, buf, sizeof buf, &needed) ==
+           FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_queue_status_text(e, FAIRQ_STATUS_BY_DEPTH, 10, 9, buf, sizeof buf, &needed) ==
+           FAIRQ_ERR_INVALID_ARGUMENT);
+    assert(fairq_queue_status_text_at(e, FAIRQ_STATUS_BY_DEPTH, 10, FAIRQ_STATUS_JSON, now, NULL,
+                                      8, &needed) == FAIRQ_ERR_NULL);
+    assert(needed == 12345 && untouched(buf, sizeof buf, 0xA5));
+    /* Too small: `needed` is set (the one out-parameter an error writes), `buf` is not. */
+    assert(fairq_queue_status_text_at(e, FAIRQ_STATUS_BY_DEPTH, 10, FAIRQ_STATUS_JSON, now, buf,
+                                      sizeof buf, &needed) == FAIRQ_ERR_BUFFER_TOO_SMALL);
+    assert(needed > sizeof buf && untouched(buf, sizeof buf, 0xA5));
+
+    /* Drain the flood (and the victim), completing every grant: the rows go. */
+    for (;;) {
+        fairq_grant g;
+        int32_t s = fairq_next_grant_at(e, now, &g);
+        if (s == FAIRQ_OK) {
+            out[held++] = g.ticket;
+        } else if (s == FAIRQ_AT_CAPACITY) {
+            while (held > 0) complete(e, out[--held], now);
+        } else {
+            assert(s == FAIRQ_EMPTY);
+            break;
+        }
+    }
+    while (held > 0) complete(e, out[--held], now);
+    assert(fairq_queue_status_at(e, FAIRQ_STATUS_BY_DEPTH, now, &totals, rows, 4, &count) ==
+           FAIRQ_OK);
+    assert(count == 0);
+    assert(totals.busy_tenants == 0 && totals.queued == 0 && totals.in_flight == 0);
+    json = status_text(e, FAIRQ_STATUS_BY_DEPTH, 10, FAIRQ_STATUS_JSON, now);
+    assert(strstr(json, "\"busy_tenants\":0,") && strstr(json, "\"tenants\":[]}"));
+    free(json);
+
+    /* The wall-clock forms come last: one clock per engine (a dump at a later time than the
+     * engine has seen moves its clock there, which would change the exact waits above). */
+    fairq_request r = request(victim, 2000);
+    fairq_enqueue_result res;
+    assert(fairq_enqueue(e, &r, &res) == FAIRQ_QUEUED);
+    assert(fairq_queue_status(e, FAIRQ_STATUS_BY_DEPTH, NULL, rows, 4, &count) == FAIRQ_OK);
+    assert(count == 1 && rows[0].tenant_key == victim && rows[0].queued == 1);
+    assert(strcmp(rows[0].name, "victim") == 0);
+    /* Sized first, with slack for the wait's digits; `needed` may be NULL. */
+    assert(fairq_queue_status_text(e, FAIRQ_STATUS_BY_OLDEST_WAIT, 10, FAIRQ_STATUS_TEXT, NULL, 0,
+                                   &needed) == FAIRQ_ERR_BUFFER_TOO_SMALL);
+    size_t room = needed + 64;
+    char *wall = malloc(room);
+    assert(wall);
+    assert(fairq_queue_status_text(e, FAIRQ_STATUS_BY_OLDEST_WAIT, 10, FAIRQ_STATUS_TEXT, wall,
+                                   room, NULL) == FAIRQ_OK);
+    assert(starts_with(wall, "enabled true  in flight 0/4  queued 1/4096  busy tenants 1"));
+    assert(strstr(wall, " victim "));
+    free(wall);
+    assert(fairq_cancel(e, res.ticket) == FAIRQ_OK);
+    assert_conserved(e);
+    fairq_engine_free(e);
+}
+
 int main(void) {
     RUN(test_builder_life_cycle_and_errors);
     RUN(test_tiers_name_weights_and_change_the_split);
@@ -747,6 +944,7 @@ int main(void) {
     RUN(test_indicator_top_k_and_fairness);
     RUN(test_seats_count_cost_units);
     RUN(test_light_lane_serves_a_returning_tenant_first);
+    RUN(test_status_dump_shows_a_flood_and_its_victim);
     printf("c_controls: %d passed, 0 failed\n", passed);
     return 0;
 }
