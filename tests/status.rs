@@ -239,3 +239,18 @@ fn dumps_beside_granting_threads_read_whole_rows() {
     assert_eq!(stats.completed + stats.expired, ended);
     assert_eq!((stats.queued, stats.in_flight), (0, 0));
 }
+
+/// A dump is a read: one taken "an hour later" leaves the engine's clock where it was, so the
+/// queued request keeps its budget.
+#[test]
+fn a_dump_does_not_move_the_engines_clock() {
+    let engine = engine(Config {
+        max_wait_ms: 60_000,
+        ..config()
+    });
+    queued(&engine, &request("a"), MS);
+    let status = engine.status_at(5, StatusOrder::Depth, 3_600_000 * MS);
+    assert_eq!(status.tenants[0].oldest_wait_ns, 3_600_000 * MS - MS);
+    let grant = granted(&engine, 2 * MS);
+    assert_eq!(grant.remaining_budget_ns, 60_000 * MS - MS, "{grant:?}");
+}

@@ -42,7 +42,9 @@ impl<H: Hooks> Core<H> {
         now: u64,
         out: &mut Vec<SlotStatus>,
     ) -> usize {
-        let now = self.monotonic(now);
+        // Read, never raised: a dump must not move the engine's clock (a dump "an hour later"
+        // would expire every queued request). Relaxed: as in `monotonic`.
+        let now = now.max(self.clock.load(Ordering::Relaxed));
         out.clear();
         let rank = |s: &SlotStatus| match order {
             StatusOrder::Depth => (s.queued, s.oldest_wait_ns),
@@ -78,7 +80,8 @@ impl<H: Hooks> Core<H> {
         }
         self.tenants.pin_index(t)?;
         let row = self.read_pinned(t, now);
-        self.tenants.release_live(t, 1, now);
+        // Time 0: a dump records no activity (nor a time from the caller's clock) on the slot.
+        self.tenants.release_live(t, 1, 0);
         row
     }
 
