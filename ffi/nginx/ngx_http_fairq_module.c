@@ -2447,14 +2447,18 @@ failed:
 }
 
 
+/*
+ * A location answered by one of the module's own handlers (metrics, status): the worker then
+ * always builds an engine.
+ */
 static char *
-ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_fairq_content(ngx_conf_t *cf, ngx_http_handler_pt handler)
 {
     ngx_http_core_loc_conf_t    *clcf;
     ngx_http_fairq_main_conf_t  *fmcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_fairq_metrics_handler;
+    clcf->handler = handler;
 
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_fairq_module);
     fmcf->used = 1;
@@ -2464,18 +2468,16 @@ ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 static char *
+ngx_http_fairq_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_fairq_content(cf, ngx_http_fairq_metrics_handler);
+}
+
+
+static char *
 ngx_http_fairq_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_core_loc_conf_t    *clcf;
-    ngx_http_fairq_main_conf_t  *fmcf;
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->handler = ngx_http_fairq_status_handler;
-
-    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_fairq_module);
-    fmcf->used = 1;
-
-    return NGX_CONF_OK;
+    return ngx_http_fairq_content(cf, ngx_http_fairq_status_handler);
 }
 
 

@@ -18,8 +18,8 @@
 use std::os::raw::c_char;
 
 use super::boundary::{
-    array, bytes, copy_message, error_status, optional_out, out_buffer, required, required_out,
-    write_out,
+    array, bytes, copy_message, error_status, hand_over_text, optional_out, out_buffer, required,
+    required_out, write_out,
 };
 use super::codes::*;
 use super::types::*;
@@ -955,18 +955,9 @@ pub unsafe extern "C" fn fairq_metrics_prometheus(
         let buf = out_buffer(buf, len)?;
         let needed = optional_out(needed)?;
         let text = engine.prometheus_text();
-        let size = text.len() + 1;
-        if let Some(needed) = needed {
-            // SAFETY: checked non-NULL and aligned, writable by contract.
-            unsafe { write_out(needed, size) };
-        }
-        if buf.is_null() || len < size {
-            return Err(FAIRQ_ERR_BUFFER_TOO_SMALL);
-        }
-        // SAFETY: `buf` is non-NULL and valid for `len >= size` bytes by contract, so the
-        // whole text and its NUL fit.
-        unsafe { copy_message(&text, buf, len) };
-        Ok(FAIRQ_OK)
+        // SAFETY: `buf` (checked by `out_buffer`) is NULL or valid for `len` bytes, and
+        // `needed` checked, by contract.
+        unsafe { hand_over_text(&text, buf, len, needed) }
     })
 }
 

@@ -152,6 +152,33 @@ pub(crate) unsafe fn copy_message(text: &str, buf: *mut c_char, len: usize) {
     }
 }
 
+/// Hands a rendered text to a caller's buffer, as every text export does: `*needed` (if asked
+/// for) gets its size with the NUL; `FAIRQ_ERR_BUFFER_TOO_SMALL` when `buf` cannot hold that
+/// (nothing is written to it), else the text is copied, NUL-terminated.
+///
+/// # Safety
+/// A non-NULL `buf` must be valid for writes of `len` bytes; `needed`, if given, checked by
+/// [`optional_out`] and writable.
+pub(crate) unsafe fn hand_over_text(
+    text: &str,
+    buf: *mut c_char,
+    len: usize,
+    needed: Option<*mut usize>,
+) -> Result<i32, i32> {
+    let size = text.len() + 1;
+    if let Some(needed) = needed {
+        // SAFETY: checked non-NULL and aligned, writable by the caller's contract.
+        unsafe { write_out(needed, size) };
+    }
+    if buf.is_null() || len < size {
+        return Err(FAIRQ_ERR_BUFFER_TOO_SMALL);
+    }
+    // SAFETY: `buf` is non-NULL and valid for `len >= size` bytes, so the whole text and its NUL
+    // fit.
+    unsafe { copy_message(text, buf, len) };
+    Ok(FAIRQ_OK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

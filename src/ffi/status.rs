@@ -5,7 +5,9 @@
 use std::ffi::c_char;
 
 use super::api::engine_ref;
-use super::boundary::{copy_message, optional_out, out_buffer, required, required_out, write_out};
+use super::boundary::{
+    hand_over_text, optional_out, out_buffer, required, required_out, write_out,
+};
 use super::codes::*;
 use super::types::fairq_engine;
 use crate::status::{Status, TenantStatus};
@@ -269,17 +271,8 @@ pub unsafe extern "C" fn fairq_queue_status_text_at(
         } else {
             status.to_text()
         };
-        let size = text.len() + 1;
-        if let Some(needed) = needed {
-            // SAFETY: checked non-NULL and aligned, writable by contract.
-            unsafe { write_out(needed, size) };
-        }
-        if buf.is_null() || len < size {
-            return Err(FAIRQ_ERR_BUFFER_TOO_SMALL);
-        }
-        // SAFETY: `buf` is non-NULL and valid for `len >= size` bytes by contract, so the
-        // whole text and its NUL fit.
-        unsafe { copy_message(&text, buf, len) };
-        Ok(FAIRQ_OK)
+        // SAFETY: `buf` (checked by `out_buffer`) is NULL or valid for `len` bytes, and
+        // `needed` checked, by contract.
+        unsafe { hand_over_text(&text, buf, len, needed) }
     })
 }
