@@ -48,7 +48,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "ffi", "python"))
 
 from test_nginx import (  # noqa: E402  (after the path set-up)
-    FAILURES, Conn, check, free_port, metric, parse_prometheus, pct, verdict, wait_port)
+    FAILURES, Conn, check, conf_head, free_port, metric, parse_prometheus, pct, verdict,
+    wait_port)
 
 C = 8                 # fairq_max_in_flight, and each upstream's concurrency
 SERVICE_MS = 50       # upstream service time (mean, +-20 %)
@@ -147,27 +148,7 @@ async def scrape(port, quiet=False):
 # ---------------------------------------------------------------------------------- nginx
 
 CONF = """\
-# Written by ffi/nginx/test_controls.py.
-load_module {module};
-{user}
-worker_processes {workers};
-daemon off;
-master_process on;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log info;
-
-events {{
-    worker_connections 4096;
-}}
-
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-
+{head}
     fairq_tenant_dimension user;
     fairq_max_in_flight {c};
     fairq_tenant_queue_size 256;
@@ -257,10 +238,10 @@ class Nginx:
         self.args, self.prefix, self.port = args, prefix, free_port()
         self.conf = os.path.join(prefix, "nginx.conf")
         self.proc = None
-        user = "user nobody nogroup;" if os.geteuid() == 0 else ""
         with open(self.conf, "w") as f:
-            f.write(CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
-                                workers=workers, c=C, bulk=BOOST_BULK, http=http,
+            f.write(CONF.format(head=conf_head(args, prefix, workers,
+                                                  what="ffi/nginx/test_controls.py"),
+                                prefix=prefix, c=C, bulk=BOOST_BULK, http=http,
                                 fast_port=ports[0], slow_port=ports[1], port=self.port))
 
     def test(self):

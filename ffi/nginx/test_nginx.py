@@ -469,18 +469,24 @@ async def wait_books(port, pred, timeout=5.0):
 
 # ---------------------------------------------------------------------------------- nginx
 
-NGINX_CONF = """\
-# Written by ffi/nginx/test_nginx.py.
-load_module {module};
+def conf_head(args, prefix, workers=1, log="info", connections=4096,
+              what="ffi/nginx/test_nginx.py"):
+    """The lines every test's nginx.conf opens with, through the temp paths of its `http` block:
+    the module, a master (whose workers run as nobody when the tests run as root), and the pid
+    file, logs and temp files all under `prefix`. `what` names the writer in the first line."""
+    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
+    return f"""\
+# Written by {what}.
+load_module {os.path.abspath(args.module)};
 {user}
 worker_processes {workers};
 daemon off;
 master_process on;
 pid {prefix}/nginx.pid;
-error_log {prefix}/error.log info;
+error_log {prefix}/error.log {log};
 
 events {{
-    worker_connections 4096;
+    worker_connections {connections};
 }}
 
 http {{
@@ -490,7 +496,11 @@ http {{
     fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi;
     scgi_temp_path {prefix}/scgi;
+"""
 
+
+NGINX_CONF = """\
+{head}
     fairq_tenant_dimension api_key;
     fairq_max_in_flight {c};
     fairq_queue_size 1024;
@@ -797,27 +807,7 @@ async def abandoned_grants(port, worker):
 # ---------------------------------------------------------------------------------- load smoke
 
 LOAD_CONF = """\
-# Written by ffi/nginx/test_nginx.py (load smoke).
-load_module {module};
-{user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log notice;
-
-events {{
-    worker_connections 4096;
-}}
-
-http {{
-    access_log off;
-    log_format fairq_load '$status';
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
+{head}    log_format fairq_load '$status';
 
     fairq_tenant_dimension api_key;
     fairq_max_in_flight {in_flight};
@@ -964,10 +954,11 @@ async def load_smoke(args, prefix):
     os.makedirs(prefix, exist_ok=True)
     os.chmod(prefix, 0o755)
     port, backend_port = free_port(), free_port()
-    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
     conf = os.path.join(prefix, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(LOAD_CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
+        head = conf_head(args, prefix, log="notice", what="ffi/nginx/test_nginx.py (load smoke)")
+        f.write(LOAD_CONF.format(head=head,
+                                 prefix=prefix,
                                  in_flight=LOAD_IN_FLIGHT, queue=LOAD_QUEUE,
                                  tenant_queue=LOAD_TENANT_QUEUE, port=port,
                                  backend_port=backend_port, backend_rate=LOAD_BACKEND_RATE))
@@ -1040,27 +1031,7 @@ async def load_smoke(args, prefix):
 # ------------------------------------------------------------------------ many light tenants
 
 MANY_CONF = """\
-# Written by ffi/nginx/test_nginx.py (many light tenants).
-load_module {module};
-{user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log notice;
-
-events {{
-    worker_connections 4096;
-}}
-
-http {{
-    access_log off;
-    keepalive_requests 1000000;
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
+{head}    keepalive_requests 1000000;
 
     fairq_tenant_dimension api_key;
     fairq_max_in_flight {in_flight};
@@ -1123,7 +1094,6 @@ async def many_light_tenants(args, prefix):
     script = os.path.join(prefix, "many.lua")
     with open(script, "w") as f:
         f.write(WRK_SCRIPT % ("/many/", MANY_TENANTS, 0))
-    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
     servers = {}        # permits -> (port, prefix, nginx)
     statuses = {n: collections.Counter() for n in (MANY_IN_FLIGHT, MANY_UNLIMITED)}
     errors = {n: 0 for n in statuses}
@@ -1136,7 +1106,9 @@ async def many_light_tenants(args, prefix):
             port, backend_port = free_port(), free_port()
             conf = os.path.join(sub, "nginx.conf")
             with open(conf, "w") as f:
-                f.write(MANY_CONF.format(module=os.path.abspath(args.module), user=user,
+                head = conf_head(args, sub, log="notice",
+                                 what="ffi/nginx/test_nginx.py (many light tenants)")
+                f.write(MANY_CONF.format(head=head,
                                          prefix=sub, in_flight=in_flight, port=port,
                                          backend_port=backend_port))
             servers[in_flight] = (port, sub,
@@ -1301,27 +1273,7 @@ async def example_conf(args, prefix, upstream_port):
 # ---------------------------------------------------------------------------------- tenant names
 
 NAMES_CONF = """\
-# Written by ffi/nginx/test_nginx.py.
-load_module {module};
-{user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log info;
-
-events {{
-    worker_connections 256;
-}}
-
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-
+{head}
     fairq_tenant_dimension {dimension};
     fairq_max_in_flight 4;
 {weights}
@@ -1368,10 +1320,9 @@ def names_nginx(args, prefix, dimension, tenant, weights):
     os.makedirs(prefix, exist_ok=True)
     os.chmod(prefix, 0o755)
     port, backend_port = free_port(), free_port()
-    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
     conf = os.path.join(prefix, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NAMES_CONF.format(module=os.path.abspath(args.module), user=user,
+        f.write(NAMES_CONF.format(head=conf_head(args, prefix, connections=256),
                                   prefix=prefix, dimension=dimension, tenant=tenant,
                                   weights="".join(f"    {w}\n" for w in weights),
                                   port=port, backend_port=backend_port))
@@ -1448,27 +1399,7 @@ async def tenant_names(args, prefix):
 # request could land on a worker that saw none of the flood. One worker makes every read
 # deterministic.
 STATUS_CONF = """\
-# Written by ffi/nginx/test_nginx.py.
-load_module {module};
-{user}
-worker_processes 1;
-daemon off;
-master_process on;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log info;
-
-events {{
-    worker_connections 1024;
-}}
-
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/client_body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-
+{head}
     fairq_tenant_dimension {dimension};
     fairq_max_in_flight {in_flight};
     fairq_queue_size 1024;
@@ -1515,10 +1446,9 @@ def status_nginx(args, prefix, upstream_port, dimension, tenant, weights):
     os.makedirs(prefix, exist_ok=True)
     os.chmod(prefix, 0o755)
     port = free_port()
-    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
     conf = os.path.join(prefix, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(STATUS_CONF.format(module=os.path.abspath(args.module), user=user,
+        f.write(STATUS_CONF.format(head=conf_head(args, prefix, connections=1024),
                                    prefix=prefix, dimension=dimension, tenant=tenant,
                                    in_flight=STATUS_IN_FLIGHT,
                                    weights="".join(f"    {w}\n" for w in weights),
@@ -1864,12 +1794,11 @@ class Nginx:
         self.args, self.prefix, self.port = args, prefix, free_port()
         self.conf = os.path.join(prefix, "nginx.conf")
         self.proc = None
-        user = "user nobody nogroup;" if os.geteuid() == 0 else ""
         with open(self.conf, "w") as f:
-            f.write(NGINX_CONF.format(module=os.path.abspath(args.module), user=user,
+            f.write(NGINX_CONF.format(head=conf_head(args, prefix, workers),
                                       prefix=prefix, c=C, tenant_queue=TENANT_QUEUE,
                                       upstream_port=upstream_port, port=self.port,
-                                      short_budget=SHORT_BUDGET_MS, workers=workers,
+                                      short_budget=SHORT_BUDGET_MS,
                                       fleet=fleet))
 
     def test(self):
@@ -2022,12 +1951,11 @@ async def run(args):
     prefix = tempfile.mkdtemp(prefix="fairq-nginx-")
     os.chmod(prefix, 0o755)
     port, upstream_port = free_port(), free_port()
-    user = "user nobody nogroup;" if os.geteuid() == 0 else ""
     conf = os.path.join(prefix, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(module=os.path.abspath(args.module), user=user, prefix=prefix,
+        f.write(NGINX_CONF.format(head=conf_head(args, prefix), prefix=prefix,
                                   c=C, tenant_queue=TENANT_QUEUE, upstream_port=upstream_port,
-                                  port=port, short_budget=SHORT_BUDGET_MS, workers=1,
+                                  port=port, short_budget=SHORT_BUDGET_MS,
                                   fleet=""))
     print(f"prefix {prefix}, nginx on 127.0.0.1:{port}, upstream on 127.0.0.1:{upstream_port} "
           f"(at most {C} at once, {SERVICE_MS} ms ± {SERVICE_SPREAD:.0%} each)", flush=True)
