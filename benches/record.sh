@@ -15,6 +15,7 @@
 #   benches/record.sh --render rewrite BENCHMARKS.md's block from benches/recorded.json as it is
 #                              (after a change to table.py), running nothing
 #   benches/record.sh --digest the source digest of this tree, to compare with the recorded one
+#                              (--smoke fails when they differ)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -128,3 +129,13 @@ if ! diff -u BENCHMARKS.md "$out/committed.md"; then
     exit 1
 fi
 echo "BENCHMARKS.md's recorded run is what benches/table.py renders from benches/recorded.json"
+# The recorded figures must be of the sources as they are: a change to what `compare` is built
+# from needs a new recorded run.
+recorded=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["provenance"]["source_digest"])' \
+    benches/recorded.json)
+if [ "$recorded" != "sha256:$(digest)" ]; then
+    echo "benches/recorded.json was measured on other sources ($recorded; this tree is" \
+        "sha256:$(digest)): rerun benches/record.sh on an idle machine and commit its output"
+    exit 1
+fi
+echo "benches/recorded.json was measured on these sources ($recorded)"
