@@ -59,6 +59,9 @@ pub enum Break {
     /// A caller that left a tenant to another caller serving it answers `Empty` for as long as
     /// it remembers it, whatever its wait saw, and never forgets it.
     Left,
+    /// A freed pool permit wakes only the blocked ring's tenants, never the pool's visitor (a
+    /// tenant blocked again with wakes of its visit left).
+    PoolVisitor,
 }
 
 thread_local! {

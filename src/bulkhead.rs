@@ -17,10 +17,20 @@
 //! blocked head, even for other downstreams, wait with it.
 //!
 //! Blocked tenants come back in O(1) per permit: `complete` and `cancel` give the permit back and
-//! hand one blocked tenant of that pool back to the core, which places it. The blocker and the releaser use the store-buffer
-//! pattern with SeqCst fences (blocker: count, push, fence, read in-flight; releaser: decrement
-//! in-flight, fence, read count), so at least one of them sees the other and no tenant is
-//! forgotten in the ring while its pool has room. A blocked head's deadline still ends it on time:
+//! hand one blocked tenant of that pool back to the core, which places it. The blocker and the
+//! releaser use the store-buffer pattern with SeqCst fences (blocker: count, push, fence, read
+//! in-flight; releaser: decrement in-flight, fence, read count), so at least one of them sees the
+//! other and no tenant is forgotten in the ring while its pool has room.
+//!
+//! # Weights inside a full pool
+//! While a pool is full, the order in which it wakes its blocked tenants decides their shares.
+//! A plain ring would wake them in turn, one grant each: 1:1 whatever the weights. So the pool
+//! runs deficit round robin over its blocked tenants: a tenant that joins the ring earns credit
+//! for `weight / unit` wakes (`unit` is the greatest common divisor of the weights the pools have
+//! seen, so weights of 100 and 300 earn 1 and 3, not 100 and 300), and each wake spends one.
+//! A tenant that blocks again with credit left waits in the pool's `visitor` word instead of the
+//! ring's tail, and the next wake takes it first. Shares among the blocked tenants then follow
+//! their weights; a tenant at most runs `weight / unit` wakes ahead. A blocked head's deadline still ends it on time:
 //! the pools keep the earliest blocked deadline, and the `next_grant` that passes it re-places
 //! every blocked tenant once, so expired heads come out as `Expired` and the rest block again.
 //!
@@ -36,7 +46,7 @@
 
 use crate::core::{Admit, SlotId};
 use crate::shedding::{PoolShed, ShedStats, Shedding};
-use crate::sync::{fence, AtomicU64, CachePadded, Ordering, WordRing};
+use crate::sync::{fence, AtomicI64, AtomicU32, AtomicU64, CachePadded, Ordering, WordRing};
 
 /// Most downstream classes.
 pub const MAX_DOWNSTREAMS: usize = 64;
@@ -52,12 +62,24 @@ struct Pool {
     waiting: AtomicU64,
     /// Tenants whose head waits for a permit of this pool; each holds its turn there.
     blocked: WordRing<u32>,
+    /// A blocked tenant whose visit has wakes left (`NO_VISITOR` when none): woken before the
+    /// ring. Counted in `waiting` like the ring's tenants; it holds its turn here as there.
+    visitor: AtomicU64,
     /// Times a tenant blocked on this pool.
     blocks: AtomicU64,
 }
 
+/// `Pool::visitor` holding no tenant.
+const NO_VISITOR: u64 = u64::MAX;
+
 pub(crate) struct Bulkheads {
     pools: Box<[CachePadded<Pool>]>,
+    /// Per tenant slot: wakes left in its visit to a full pool (deficit round robin). Written
+    /// by whoever holds the tenant's turn: the blocker, then the waker.
+    credits: Box<[AtomicI64]>,
+    /// The greatest common divisor of the weights of the tenants that blocked so far: a weight
+    /// earns `weight / unit` wakes a visit. Only goes down.
+    unit: AtomicU32,
     /// Load shedding's settings; `None`: off (the limits never move).
     shedding: Option<Shedding>,
     /// The earliest deadline of a blocked head (ns), `u64::MAX` when none.
@@ -83,10 +105,13 @@ impl Bulkheads {
                         in_flight: AtomicU64::new(0),
                         waiting: AtomicU64::new(0),
                         blocked: WordRing::new(slots),
+                        visitor: AtomicU64::new(NO_VISITOR),
                         blocks: AtomicU64::new(0),
                     })
                 })
                 .collect(),
+            credits: (0..slots).map(|_| AtomicI64::new(0)).collect(),
+            unit: AtomicU32::new(0),
             shedding,
             earliest_deadline: CachePadded::new(AtomicU64::new(u64::MAX)),
         })
@@ -109,25 +134,90 @@ impl Bulkheads {
         self.pop_blocked(pool)
     }
 
+    /// Wakes a blocked tenant of `pool`, if any: the visitor first, then the ring's head. The
+    /// wake spends one of its credits.
     fn pop_blocked(&self, pool: &Pool) -> Option<u32> {
-        // Relaxed: the fences of the caller order it; the pop itself is the synchronisation.
+        // Relaxed: the fences of the caller order it; the take itself is the synchronisation.
         if pool.waiting.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let t = pool.blocked.pop()?;
+        let t = Self::take_blocked(pool)?;
+        // Relaxed: we hold `t`'s turn now (the take acquired the blocker's writes).
+        self.credits[t as usize].fetch_sub(1, Ordering::Relaxed);
+        Some(t)
+    }
+
+    /// Takes the visitor, else the ring's head, and counts it out of `waiting`.
+    fn take_blocked(pool: &Pool) -> Option<u32> {
+        // Acquire: pairs with the blocker's Release store, so its writes (the tenant's credit,
+        // its turn's state) happen before ours. An RMW, so one taker only.
+        let visitor = broken_or!(
+            PoolVisitor,
+            NO_VISITOR,
+            pool.visitor.swap(NO_VISITOR, Ordering::Acquire)
+        );
+        let t = if visitor != NO_VISITOR {
+            visitor as u32
+        } else {
+            pool.blocked.pop()?
+        };
+        // Relaxed: see `Pool::waiting`.
         pool.waiting.fetch_sub(1, Ordering::Relaxed);
         Some(t)
     }
 
-    /// Parks tenant `t`, whose head (due by `deadline`) waits for pool `d`. Returns a blocked
-    /// tenant to re-place if the pool had room after all (maybe `t` itself).
-    fn block(&self, d: usize, t: u32, deadline: u64) -> Option<u32> {
+    /// Wakes `weight` earns a visit: `weight / unit`, `unit` the greatest common divisor of the
+    /// weights seen (lowered to take `weight` in).
+    fn wakes_per_visit(&self, weight: u32) -> i64 {
+        let weight = weight.max(1);
+        // Relaxed: a divisor that only goes down; a stale one gives a visit more wakes, in
+        // proportion for every weight it divides, and the next block lowers it.
+        let mut unit = self.unit.load(Ordering::Relaxed);
+        while unit == 0 || weight % unit != 0 {
+            let lower = gcd(unit, weight);
+            match self
+                .unit
+                .compare_exchange_weak(unit, lower, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => unit = lower,
+                Err(seen) => unit = seen,
+            }
+        }
+        i64::from(weight / unit)
+    }
+
+    /// Parks tenant `t` of weight `weight`, whose head (due by `deadline`) waits for pool `d`.
+    /// Returns a blocked tenant to re-place if the pool had room after all (maybe `t` itself).
+    fn block(&self, d: usize, t: u32, deadline: u64, weight: u32) -> Option<u32> {
         let pool = &self.pools[d];
         // Relaxed: ordered by the fence below.
         pool.waiting.fetch_add(1, Ordering::Relaxed);
         pool.blocks.fetch_add(1, Ordering::Relaxed);
-        let pushed = pool.blocked.push(t);
-        debug_assert!(pushed.is_ok(), "blocked ring sized for every tenant");
+        // Relaxed: we hold `t`'s turn; its last waker's write is ordered before by the turn's
+        // hand-over.
+        let credit = &self.credits[t as usize];
+        let left = credit.load(Ordering::Relaxed);
+        // Release (success): our writes, the credit's included, before the waker's Acquire swap.
+        let visits_on = left > 0
+            && pool
+                .visitor
+                .compare_exchange(
+                    NO_VISITOR,
+                    u64::from(t),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if !visits_on {
+            // A new visit from the ring's tail; what is left of the last one carries over (DRR's
+            // deficit), never a debt.
+            credit.store(
+                left.max(0) + self.wakes_per_visit(weight),
+                Ordering::Relaxed,
+            );
+            let pushed = pool.blocked.push(t);
+            debug_assert!(pushed.is_ok(), "blocked ring sized for every tenant");
+        }
         // Relaxed: the deadline word is a hint checked against the clock; a late read only
         // delays an expiry by one `next_grant`.
         self.earliest_deadline
@@ -208,9 +298,9 @@ impl Bulkheads {
         let grown = pool.shed.report(config, ok, now);
         let mut woken = Vec::new();
         for _ in 0..grown {
-            let Some(t) = pool.blocked.pop() else { break };
-            // Relaxed: see `Pool::waiting`.
-            pool.waiting.fetch_sub(1, Ordering::Relaxed);
+            let Some(t) = self.pop_blocked(pool) else {
+                break;
+            };
             woken.push(t);
         }
         woken
@@ -229,8 +319,14 @@ impl Bulkheads {
     /// Parks tenant `t`, whose head (due by `deadline`) waits for `downstream`'s pool; returns a
     /// tenant to place again if the pool had room after all.
     #[inline]
-    pub(crate) fn block_tenant(&self, t: SlotId, downstream: u32, deadline: u64) -> Option<SlotId> {
-        self.block(self.pool_of(downstream), t, deadline)
+    pub(crate) fn block_tenant(
+        &self,
+        t: SlotId,
+        downstream: u32,
+        deadline: u64,
+        weight: u32,
+    ) -> Option<SlotId> {
+        self.block(self.pool_of(downstream), t, deadline, weight)
     }
 
     /// Gives back a permit of `downstream`'s pool; returns a blocked tenant to place again.
@@ -254,9 +350,10 @@ impl Bulkheads {
             // Bounded by the count seen now, so tenants that block again are not re-swept.
             let n = pool.waiting.load(Ordering::Relaxed);
             for _ in 0..n {
-                let Some(t) = pool.blocked.pop() else { break };
-                // Relaxed: see `Pool::waiting`.
-                pool.waiting.fetch_sub(1, Ordering::Relaxed);
+                // Not a wake: the tenant's credit stays for its next visit.
+                let Some(t) = Self::take_blocked(pool) else {
+                    break;
+                };
                 place(t);
             }
         }
@@ -283,4 +380,12 @@ impl Bulkheads {
             })
             .collect()
     }
+}
+
+/// The greatest common divisor of `a` and `b` (`gcd(0, b) = b`).
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while a != 0 {
+        (a, b) = (b % a, a);
+    }
+    b
 }

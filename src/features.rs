@@ -142,10 +142,10 @@ impl Hooks for Features {
     }
 
     #[inline]
-    fn block(&self, slot: SlotId, downstream: u32, deadline: u64) -> Option<SlotId> {
+    fn block(&self, slot: SlotId, downstream: u32, deadline: u64, weight: u32) -> Option<SlotId> {
         self.bulkheads
             .as_ref()
-            .and_then(|pools| pools.block_tenant(slot, downstream, deadline))
+            .and_then(|pools| pools.block_tenant(slot, downstream, deadline, weight))
     }
 
     #[inline]

@@ -127,11 +127,17 @@ pub(crate) trait Hooks: Send + Sync {
     #[inline]
     fn queued(&self, _downstream: u32, _delta: i64) {}
 
-    /// A head that `admit` refused: the tenant (out of the ready set, its turn held) waits with
-    /// the feature, which owns its turn from now on. Returns a tenant the core must place again
-    /// now (room appeared meanwhile; maybe this one).
+    /// A head that `admit` refused: the tenant (out of the ready set, its turn held; its weight
+    /// `weight`) waits with the feature, which owns its turn from now on. Returns a tenant the
+    /// core must place again now (room appeared meanwhile; maybe this one).
     #[inline]
-    fn block(&self, _slot: SlotId, _downstream: u32, _deadline: u64) -> Option<SlotId> {
+    fn block(
+        &self,
+        _slot: SlotId,
+        _downstream: u32,
+        _deadline: u64,
+        _weight: u32,
+    ) -> Option<SlotId> {
         None
     }
 

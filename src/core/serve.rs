@@ -174,7 +174,12 @@ impl<H: Hooks> Core<H> {
             if self.hooks.admit(fields.downstream, now) == Admit::No {
                 // Its bulkhead pool is full: it waits there, uncharged, its turn handed over.
                 self.leave_ready(t, class, now);
-                if let Some(u) = self.hooks.block(t, fields.downstream, fields.deadline) {
+                // Relaxed: the configured weight, a snapshot.
+                let weight = slot.weight.load(Ordering::Relaxed);
+                if let Some(u) = self
+                    .hooks
+                    .block(t, fields.downstream, fields.deadline, weight)
+                {
                     self.place(u, None, false, now);
                 }
                 return Served::Nothing;
