@@ -188,6 +188,9 @@ impl Bulkheads {
 
     /// Parks tenant `t` of weight `weight`, whose head (due by `deadline`) waits for pool `d`.
     /// Returns a blocked tenant to re-place if the pool had room after all (maybe `t` itself).
+    /// Only a full pool gets here: kept out of the grant path's code.
+    #[cold]
+    #[inline(never)]
     fn block(&self, d: usize, t: u32, deadline: u64, weight: u32) -> Option<u32> {
         let pool = &self.pools[d];
         // Relaxed: ordered by the fence below.
