@@ -212,12 +212,12 @@ impl Bulkheads {
                 )
                 .is_ok();
         if !visits_on {
-            // A new visit from the ring's tail; what is left of the last one carries over (DRR's
-            // deficit), never a debt.
-            credit.store(
-                left.max(0) + self.wakes_per_visit(weight),
-                Ordering::Relaxed,
-            );
+            if left <= 0 {
+                // Its visit is spent: a new one from the ring's tail. (A tenant with wakes left
+                // that found the visitor word taken, or that a deadline sweep put back, keeps
+                // them and earns none: credit never piles up.)
+                credit.store(self.wakes_per_visit(weight), Ordering::Relaxed);
+            }
             let pushed = pool.blocked.push(t);
             debug_assert!(pushed.is_ok(), "blocked ring sized for every tenant");
         }
@@ -391,4 +391,67 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
         (a, b) = (b % a, a);
     }
     b
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn credit(pools: &Bulkheads, t: u32) -> i64 {
+        pools.credits[t as usize].load(Ordering::Relaxed)
+    }
+
+    /// A visit is `weight / unit` wakes, and a tenant put back with wakes left keeps them: it
+    /// earns a new visit only once its wakes are spent, however often it is swept and blocks
+    /// again.
+    #[test]
+    fn a_visit_is_weight_over_unit_wakes_and_credit_never_piles_up() {
+        let pools = Bulkheads::new(&[1], None, 4).unwrap();
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        // Weights 10 and 30: unit 10, visits of 1 and 3. (The unit is the divisor of the weights
+        // seen so far: had 30 come first, its first visit would have been of one wake.)
+        assert_eq!(pools.block(0, 1, 100, 10), None);
+        assert_eq!(pools.block(0, 0, 100, 30), None);
+        assert_eq!((credit(&pools, 0), credit(&pools, 1)), (3, 1));
+        // A wake takes the ring's head and spends one of its wakes: 1's visit is spent.
+        assert_eq!(pools.release(0), Some(1));
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        assert_eq!(pools.block(0, 1, 100, 10), None);
+        assert_eq!(credit(&pools, 1), 1, "a new visit");
+        assert_eq!(pools.release(0), Some(0));
+        assert_eq!(credit(&pools, 0), 2);
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        // Wakes left: 0 waits in the visitor word, woken before the ring.
+        assert_eq!(pools.block(0, 0, 100, 30), None);
+        assert_eq!(pools.release(0), Some(0));
+        assert_eq!(credit(&pools, 0), 1);
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        assert_eq!(pools.block(0, 0, 100, 30), None);
+        // A deadline sweep hands both back without spending a wake.
+        let mut swept = Vec::new();
+        pools.blocked_due(101, &mut |t| swept.push(t));
+        assert_eq!(swept, [0, 1]);
+        assert_eq!((credit(&pools, 0), credit(&pools, 1)), (1, 1));
+        // Both block again with wakes left: one gets the visitor word, the other the ring, and
+        // neither earns more.
+        assert_eq!(pools.block(0, 1, 200, 10), None);
+        assert_eq!(pools.block(0, 0, 200, 30), None);
+        assert_eq!((credit(&pools, 0), credit(&pools, 1)), (1, 1));
+        assert_eq!(pools.release(0), Some(1));
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        assert_eq!(pools.release(0), Some(0));
+        assert_eq!((credit(&pools, 0), credit(&pools, 1)), (0, 0));
+        // Spent: the next block starts a new visit.
+        assert_eq!(pools.admit(0, 0), Admit::Yes);
+        assert_eq!(pools.block(0, 0, 300, 30), None);
+        assert_eq!(credit(&pools, 0), 3);
+    }
+
+    #[test]
+    fn gcd_of_weights() {
+        assert_eq!(gcd(0, 7), 7);
+        assert_eq!(gcd(300, 100), 100);
+        assert_eq!(gcd(3, 2), 1);
+        assert_eq!(gcd(10_000, 2_500), 2_500);
+    }
 }
