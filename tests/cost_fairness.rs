@@ -320,7 +320,7 @@ proptest! {
 /// checked against; "with leaves" counts each tenant's account across the others' changes, a
 /// rejoining tenant's afresh): `cargo test --release --test cost_fairness survey -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a survey that prints numbers and asserts nothing: run by hand (see above)"]
 fn survey() {
     let mut x = 12345u64;
     let mut next = move || {
