@@ -62,6 +62,9 @@ pub enum Break {
     /// A freed pool permit wakes only the blocked ring's tenants, never the pool's visitor (a
     /// tenant blocked again with wakes of its visit left).
     PoolVisitor,
+    /// A tenant blocking on a full pool reads the pool's in-flight count without the SeqCst
+    /// fence after its push, so it and a wake can each miss the other.
+    PoolFence,
 }
 
 thread_local! {

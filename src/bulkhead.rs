@@ -20,7 +20,8 @@
 //! hand one blocked tenant of that pool back to the core, which places it. The blocker and the
 //! releaser use the store-buffer pattern with SeqCst fences (blocker: count, push, fence, read
 //! in-flight; releaser: decrement in-flight, fence, read count), so at least one of them sees the
-//! other and no tenant is forgotten in the ring while its pool has room.
+//! other and no tenant is forgotten in the ring while its pool has room (loom models at the end
+//! of this file).
 //!
 //! # Weights inside a full pool
 //! While a pool is full, the order in which it wakes its blocked tenants decides their shares.
@@ -226,7 +227,7 @@ impl Bulkheads {
         self.earliest_deadline
             .fetch_min(deadline, Ordering::Relaxed);
         // SeqCst fence: pairs with `release`'s; see the module docs.
-        fence(Ordering::SeqCst);
+        broken_or!(PoolFence, (), fence(Ordering::SeqCst));
         if pool.in_flight.load(Ordering::Relaxed) < pool.shed.limit() {
             return self.pop_blocked(pool);
         }
@@ -391,6 +392,59 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
         (a, b) = (b % a, a);
     }
     b
+}
+
+/// Loom models of the block/wake hand-off (run by `loom-tests/run.sh`).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Tenant 0 blocks on a full pool of one permit (a spawned thread) while the pool's one
+    /// grant out ends (the model's thread): exactly one of the two calls hands the tenant back,
+    /// so it is never left blocked with its pool free. With `credit` above 0 it blocks in the
+    /// visitor word, else in the ring.
+    fn block_racing_a_wake(credit: i64) {
+        loom::model(move || {
+            let pools = Arc::new(Bulkheads::new(&[1], None, 2).unwrap());
+            assert_eq!(pools.admit(0, 0), Admit::Yes);
+            pools.credits[0].store(credit, Ordering::Relaxed);
+            let blocker = {
+                let pools = pools.clone();
+                thread::spawn(move || pools.block(0, 0, u64::MAX, 1))
+            };
+            let woken = pools.release(0);
+            let handed_back = blocker.join().unwrap();
+            let times = [handed_back, woken]
+                .iter()
+                .filter(|&&t| t == Some(0))
+                .count();
+            assert_eq!(
+                times, 1,
+                "the blocked tenant was handed back {times} times (0: left with its pool free)"
+            );
+        });
+    }
+
+    #[test]
+    fn a_block_racing_a_wake_hands_the_tenant_back_once() {
+        block_racing_a_wake(0);
+    }
+
+    #[test]
+    fn a_visitor_racing_a_wake_is_handed_back_once() {
+        block_racing_a_wake(2);
+    }
+
+    /// A blocker that reads the in-flight count without its fence can miss the wake's
+    /// decrement while the waker misses its count: nobody hands the tenant back.
+    #[cfg(fairq_broken)]
+    #[test]
+    #[should_panic(expected = "handed back 0 times")]
+    fn broken_pool_fence_is_caught() {
+        crate::broken::with(crate::broken::Break::PoolFence, || block_racing_a_wake(0));
+    }
 }
 
 #[cfg(all(test, not(loom)))]
