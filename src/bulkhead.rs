@@ -5,8 +5,8 @@
 //! `Config::downstream_max_in_flight` set, class `d` may have at most `downstream_max_in_flight[d]`
 //! grants out at once, on top of the global `max_in_flight`. So one slow or stuck backend holds
 //! at most its own pool's permits, and grants to the other classes keep flowing (protecting a
-//! downstream comes before being fair). Off (empty) by default: every request then shares the one global
-//! pool and `downstream` is ignored.
+//! downstream comes before being fair). Off (empty) by default: every request then shares the
+//! one global pool and `downstream` is ignored.
 //!
 //! # How it meets readiness and SWRR
 //! A pool that is full makes a tenant whose *head* goes to it **not ready**, exactly like a head
@@ -26,14 +26,18 @@
 //! # Weights inside a full pool
 //! While a pool is full, the order in which it wakes its blocked tenants decides their shares.
 //! A plain ring would wake them in turn, one grant each: 1:1 whatever the weights. So the pool
-//! runs deficit round robin over its blocked tenants: a tenant that joins the ring earns credit
-//! for `weight / unit` wakes (`unit` is the greatest common divisor of the weights the pools have
-//! seen, so weights of 100 and 300 earn 1 and 3, not 100 and 300), and each wake spends one.
-//! A tenant that blocks again with credit left waits in the pool's `visitor` word instead of the
-//! ring's tail, and the next wake takes it first. Shares among the blocked tenants then follow
-//! their weights; a tenant at most runs `weight / unit` wakes ahead. A blocked head's deadline still ends it on time:
-//! the pools keep the earliest blocked deadline, and the `next_grant` that passes it re-places
-//! every blocked tenant once, so expired heads come out as `Expired` and the rest block again.
+//! runs deficit round robin over its blocked tenants. A tenant whose visit is spent joins the
+//! ring's tail with a new one: `weight / unit` wakes (`unit` is the greatest common divisor of
+//! the weights the pools have seen, so weights of 100 and 300 earn 1 and 3, not 100 and 300).
+//! Each wake spends one. A tenant that blocks again with wakes left waits in the pool's `visitor`
+//! word, which the next wake takes before the ring; one that finds the word taken joins the ring
+//! with what it has left and earns nothing more. Shares among the blocked tenants then follow
+//! their weights, and a tenant at most runs `weight / unit` wakes ahead.
+//!
+//! # Deadlines
+//! A blocked head's deadline still ends it on time: the pools keep the earliest blocked deadline,
+//! and the `next_grant` that passes it re-places every blocked tenant once (not a wake: no
+//! credit is spent), so expired heads come out as `Expired` and the rest block again.
 //!
 //! Everything is atomics and `WordRing`s sized at build time: no lock, no allocation.
 //!
